@@ -1,0 +1,35 @@
+"""The HACPO mathematics as a pure library: tensors and scalars in, tensors out.
+
+No I/O, no config objects, no ``.item()``. Equation numbers refer to arXiv 2603.02604 v1; the
+resolved ambiguities are listed in docs/architecture.md.
+"""
+
+from hacrl.core.advantages import group_advantages, hacpo_advantages, omega_matrix
+from hacrl.core.capability import CapabilityTracker
+from hacrl.core.losses import (
+    AGGREGATIONS,
+    POLICY_LOSSES,
+    aggregate,
+    grpo_loss,
+    gspo_loss,
+    hacpo_loss,
+    kl_k3,
+    sequence_log_ratio,
+    stepwise_lower_bound,
+)
+
+__all__ = [
+    "AGGREGATIONS",
+    "POLICY_LOSSES",
+    "CapabilityTracker",
+    "aggregate",
+    "group_advantages",
+    "grpo_loss",
+    "gspo_loss",
+    "hacpo_advantages",
+    "hacpo_loss",
+    "kl_k3",
+    "omega_matrix",
+    "sequence_log_ratio",
+    "stepwise_lower_bound",
+]
