@@ -1,0 +1,219 @@
+"""An agent: one Hugging Face causal LM with its tokenizer, prompt rendering, optimizer and optional
+frozen reference model. It computes token log-probs of padded batches and builds its own training view
+of the shared pool: its own answers as generated, other agents' answers re-tokenized from their text.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class TokenBatch:
+    """A right-padded batch of prompt+answer sequences; ``answer_mask_BT`` marks the answer tokens whose
+    log-probs are taken (position t predicts token t+1, so the mask is shifted like the targets)."""
+
+    input_ids_BL: Tensor
+    attention_mask_BL: Tensor
+    answer_mask_BT: Tensor  # T = L - 1
+
+
+def pad_batch(prompts: list[list[int]], answers: list[list[int]], pad_id: int) -> TokenBatch:
+    """Right-pad ``prompt + answer`` rows; positions then start at 0 for every row, as in generation."""
+    rows = [p + a for p, a in zip(prompts, answers, strict=True)]
+    length = max(2, max(len(r) for r in rows))
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), length), dtype=torch.long)
+    ans = torch.zeros((len(rows), length - 1), dtype=torch.bool)
+    for i, (p, a) in enumerate(zip(prompts, answers, strict=True)):
+        n = len(p) + len(a)
+        ids[i, :n] = torch.tensor(p + a, dtype=torch.long)
+        attn[i, :n] = 1
+        # target token j (j >= 1) is predicted at position j-1
+        ans[i, len(p) - 1 : n - 1] = True
+    return TokenBatch(ids, attn, ans)
+
+
+def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> Tensor:
+    """log π(token_{t+1} | tokens_≤t) for every position, float32 [B, L-1] (zero where not an answer)."""
+    device = next(model.parameters()).device
+    out = model(
+        input_ids=batch.input_ids_BL.to(device), attention_mask=batch.attention_mask_BL.to(device), use_cache=False
+    )
+    logits_BTV = out.logits[:, :-1].float()
+    targets_BT = batch.input_ids_BL[:, 1:].to(device)
+    logp_BT = logits_BTV.gather(-1, targets_BT[..., None]).squeeze(-1) - torch.logsumexp(logits_BTV, dim=-1)
+    return logp_BT * batch.answer_mask_BT.to(device)
+
+
+class Agent:
+    """One policy of the collaboration.
+
+    Args:
+        agent_id: unique name.
+        index: position in the agent order (the ``source`` id of its trajectories).
+        model: a ``transformers`` causal LM.
+        tokenizer: its tokenizer; must have an EOS token (a missing pad token is set to EOS).
+        template: "auto" (chat template when the tokenizer has one), "chat", or "plain".
+        system_prompt: optional system message for chat templates.
+        chat_template_kwargs: extra arguments to ``apply_chat_template`` (e.g. enable_thinking=False).
+        max_prompt_tokens, max_answer_tokens: limits of the training view (longer cross answers are truncated).
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        index: int,
+        model: Any,
+        tokenizer: Any,
+        *,
+        template: str = "auto",
+        system_prompt: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        max_prompt_tokens: int = 1024,
+        max_answer_tokens: int = 1024,
+        source: str = "",
+    ) -> None:
+        self.id = agent_id
+        self.index = index
+        self.model = model
+        self.tokenizer = tokenizer
+        self.source = source
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"agents[{agent_id}]: tokenizer has no EOS token; set one in the tokenizer config")
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        if template not in ("auto", "chat", "plain"):
+            raise ValueError(f"agents[{agent_id}].template must be auto, chat or plain, got {template!r}")
+        has_chat = bool(getattr(tokenizer, "chat_template", None))
+        if template == "chat" and not has_chat:
+            raise ValueError(f"agents[{agent_id}].template=chat but the tokenizer has no chat template; use plain")
+        self.use_chat = has_chat if template == "auto" else template == "chat"
+        self.system_prompt = system_prompt
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_answer_tokens = max_answer_tokens
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.ref_model: Any = None
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    # ---- set-up -------------------------------------------------------------------------------
+    def configure_optimizer(self, *, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999)) -> None:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
+
+    def enable_reference(self) -> None:
+        """Keep a frozen copy of the current weights as the KL reference."""
+        self.ref_model = copy.deepcopy(self.model).eval()
+        for p in self.ref_model.parameters():
+            p.requires_grad_(False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def eos_id(self) -> int:
+        return int(self.tokenizer.eos_token_id)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    # ---- text <-> tokens ----------------------------------------------------------------------
+    def render_prompt(self, prompt: str) -> list[int]:
+        """Token ids of the prompt as this agent sees it (chat template or plain text)."""
+        cached = self._prompt_cache.get(prompt)
+        if cached is not None:
+            return cached
+        if self.use_chat:
+            messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+            messages.append({"role": "user", "content": prompt})
+            ids = self.tokenizer.apply_chat_template(
+                messages, tokenize=True, add_generation_prompt=True, **self.chat_template_kwargs
+            )
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            ids = list(ids)
+        else:
+            text = f"{self.system_prompt}\n{prompt}" if self.system_prompt else prompt
+            ids = list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+        if not ids:
+            raise ValueError(f"agents[{self.id}]: prompt {prompt[:40]!r} renders to no tokens")
+        ids = ids[-self.max_prompt_tokens :]
+        if len(self._prompt_cache) < 100_000:
+            self._prompt_cache[prompt] = ids
+        return ids
+
+    def decode_answer(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    def encode_answer(self, text: str, finished: bool) -> tuple[list[int], bool]:
+        """Re-tokenize another agent's answer text; EOS is appended when the source had stopped.
+
+        Returns (token ids, truncated)."""
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+        if finished:
+            ids.append(self.eos_id)
+        truncated = len(ids) > self.max_answer_tokens
+        return ids[: self.max_answer_tokens], truncated
+
+    # ---- log-probs ----------------------------------------------------------------------------
+    def batch(self, prompts: list[list[int]], answers: list[list[int]]) -> TokenBatch:
+        return pad_batch(prompts, answers, int(self.tokenizer.pad_token_id))
+
+    @torch.no_grad()
+    def reference_logprobs(self, batch: TokenBatch) -> Tensor:
+        if self.ref_model is None:
+            raise RuntimeError(f"agent {self.id} has no reference model")
+        return token_logprobs(self.ref_model, batch)
+
+    # ---- persistence --------------------------------------------------------------------------
+    def save(self, path: Path, *, with_optimizer: bool = True) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+        if with_optimizer and self.optimizer is not None:
+            torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+        if self.ref_model is not None:
+            self.ref_model.save_pretrained(path / "reference", safe_serialization=True)
+
+    def load_optimizer(self, path: Path) -> None:
+        opt_file = path / "optimizer.pt"
+        if self.optimizer is not None and opt_file.exists():
+            self.optimizer.load_state_dict(torch.load(opt_file, map_location=self.device, weights_only=True))
+
+
+def load_agent(
+    agent_id: str,
+    index: int,
+    model_path: str | Path,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    **kwargs: Any,
+) -> Agent:
+    """Load an agent from a Hugging Face model directory (weights + tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(model_path)
+    if not path.exists():
+        raise FileNotFoundError(f"agents[{agent_id}].model: {path} does not exist; give a model directory")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    except ValueError as exc:
+        raise ValueError(f"agents[{agent_id}].model: {path} is not a causal LM ({str(exc).splitlines()[0]})") from None
+    model.to(device)
+    return Agent(agent_id, index, model, tokenizer, source=str(path), **kwargs)

@@ -1,0 +1,296 @@
+"""Tiny tokenizers and causal LMs, built locally, for the embedded default (no hub access needed).
+
+- :func:`build_char_tokenizer`: one token per printable ASCII character.
+- :func:`build_bpe_tokenizer`: a small BPE trained with ``tokenizers`` on task text, digits always
+  split individually (``Digits(individual_digits=True)``) while other symbols and words may merge.
+- :func:`build_model`: a Qwen2-style or Llama-style causal LM of 0.3M–2M parameters from
+  :data:`TINY_ARCHS`, made with ``AutoModelForCausalLM.from_config``.
+- :func:`warm_start`: a short supervised phase (teacher forcing on prompt + answer + EOS, loss on
+  answer and EOS tokens only) that brings a model to a *partial* accuracy, so RL has room to work.
+- :func:`greedy_accuracy`: batched, left-padded greedy evaluation on a task's held-out problems.
+- :func:`tiny_agent_path` and :data:`TINY_PAIRS`: the warm-started agents shipped in
+  ``hacrl/assets/tiny/`` (made by ``scripts/make_tiny_agents.py``), one pair per kind of
+  heterogeneity in the paper: *state*, *size* and *model*.
+
+The tiny models use a plain template, no chat template: the prompt text, then the answer, then EOS.
+Tokenize prompt and answer separately (``add_special_tokens=False``) and concatenate; for these
+tokenizers that equals tokenizing the joined text (no token straddles the prompt/answer boundary).
+
+    >>> from hacrl.agents.tiny import TINY_PAIRS, tiny_agent_path
+    >>> from transformers import AutoModelForCausalLM, AutoTokenizer
+    >>> path = tiny_agent_path(TINY_PAIRS["model"][0])
+    >>> model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pathlib
+import random
+import string
+from collections.abc import Callable, Iterable
+from importlib import resources
+from typing import Any
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
+
+from hacrl.data.tasks import TASKS, Problem, Task
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "TINY_ARCHS",
+    "TINY_PAIRS",
+    "build_bpe_tokenizer",
+    "build_char_tokenizer",
+    "build_model",
+    "greedy_accuracy",
+    "generate_greedy",
+    "tiny_agent_path",
+    "warm_start",
+]
+
+# ---------------------------------------------------------------- shipped agents
+
+TINY_PAIRS: dict[str, tuple[str, str]] = {
+    # same architecture and tokenizer, different training state (two snapshots of one warm-start run)
+    "state": ("qwen2-char-early", "qwen2-char"),
+    # same family and tokenizer, different size
+    "size": ("qwen2-char-small", "qwen2-char"),
+    # different architecture family and tokenizer
+    "model": ("qwen2-char", "llama-bpe"),
+}
+
+
+def tiny_agent_path(name: str) -> pathlib.Path:
+    """The directory of the shipped tiny agent ``name`` (loadable with ``from_pretrained``)."""
+    root = resources.files("hacrl") / "assets" / "tiny"
+    path = pathlib.Path(str(root / name))
+    if not (path / "config.json").is_file():
+        names = sorted(p.name for p in pathlib.Path(str(root)).glob("*/config.json")) if root.is_dir() else []
+        raise FileNotFoundError(f"no tiny agent {name!r} in {root}; shipped: {names or '(none)'} "
+                                "(make them with scripts/make_tiny_agents.py)")
+    return path
+
+
+# ---------------------------------------------------------------- tokenizers
+
+PAD, EOS, BOS, UNK = "<|pad|>", "<|eos|>", "<|bos|>", "<|unk|>"
+SPECIAL_TOKENS = [PAD, EOS, BOS, UNK]
+# printable ASCII plus newline and tab: digits first, so '0'..'9' get ids 4..13 in the char tokenizer
+ALPHABET = [c for c in string.printable if c not in "\r\x0b\x0c"]
+
+
+def _wrap(tok: Tokenizer, model_max_length: int = 512) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
+        padding_side="left", model_max_length=model_max_length,
+    )
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character of printable ASCII (+ ``\\n``, ``\\t``), 4 special tokens; no BOS added.
+
+    >>> tok = build_char_tokenizer()
+    >>> ids = tok("07+85=92", add_special_tokens=False)["input_ids"]
+    >>> len(ids), tok.decode(ids)
+    (8, '07+85=92')
+    """
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + ALPHABET)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # join characters without the default space between tokens
+    return _wrap(tok)
+
+
+# Short natural-language templates so the BPE learns word merges too (the tasks' prompts are bare
+# arithmetic, which splits into single characters and digits anyway).
+_TEMPLATES = [
+    "What is {a} plus {b}?", "What is {a} minus {b}?", "What is {a} times {b}?", "The answer is {c}.",
+    "Compute {a} + {b} and give the answer.", "Question: {a} + {b} = ?\nAnswer: {c}",
+    "Add the two numbers {a} and {b}.", "Subtract {b} from {a}.", "Multiply {a} by {b}.",
+    "Let me think step by step. The sum of {a} and {b} is {c}.",
+]
+
+
+def task_corpus(task_names: Iterable[str] = ("add2", "add3", "mul1x3", "mixed"), *, per_task: int = 2000,
+                seed: int = 0) -> list[str]:
+    """Training text for the BPE: prompts and answers of training problems (as separate strings, the
+    way they are tokenized) plus simple English templates around numbers."""
+    rng = random.Random(seed)
+    texts: list[str] = []
+    for name in task_names:
+        stream = TASKS.get(name)().train_problems(seed)
+        for _ in range(per_task):
+            p = next(stream)
+            texts += [p.prompt, p.answer]
+    for _ in range(per_task):
+        a, b = rng.randrange(1000), rng.randrange(1000)
+        texts.append(rng.choice(_TEMPLATES).format(a=a, b=b, c=a + b))
+    return texts
+
+
+def build_bpe_tokenizer(corpus: Iterable[str] | None = None, *, vocab_size: int = 192) -> PreTrainedTokenizerFast:
+    """A small byte-free BPE: spaces become ``▁`` (Metaspace), digits are split one by one, other
+    characters merge freely. Every printable ASCII character is in the base alphabet (no UNK).
+
+    >>> tok = build_bpe_tokenizer()
+    >>> text = "Question: 07 + 85 = ?\\nAnswer: 92"
+    >>> tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+    True
+    """
+    tok = Tokenizer(models.BPE(unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True),
+        pre_tokenizers.Digits(individual_digits=True),
+    ])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=ALPHABET + ["▁"], min_frequency=2, show_progress=False)
+    tok.train_from_iterator(task_corpus() if corpus is None else corpus, trainer)
+    return _wrap(tok)
+
+
+TOKENIZERS: dict[str, Callable[[], PreTrainedTokenizerFast]] = {
+    "char": build_char_tokenizer,
+    "bpe": build_bpe_tokenizer,
+}
+
+# ---------------------------------------------------------------- models
+
+# name -> (config class, keyword arguments). Parameter counts with the char tokenizer (101 tokens).
+TINY_ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
+    "qwen2-small": (Qwen2Config, dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
+                                      num_attention_heads=4, num_key_value_heads=2)),
+    "qwen2-base": (Qwen2Config, dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                                     num_attention_heads=4, num_key_value_heads=2)),
+    "llama-base": (LlamaConfig, dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                                     num_attention_heads=4, num_key_value_heads=4)),
+}
+
+
+def build_model(arch: str, tokenizer: PreTrainedTokenizerFast, *, seed: int = 0) -> PreTrainedModel:
+    """A randomly initialised tiny causal LM ``arch`` (see :data:`TINY_ARCHS`) sized to ``tokenizer``."""
+    config_cls, kwargs = TINY_ARCHS[arch]
+    config = config_cls(
+        vocab_size=len(tokenizer), max_position_embeddings=256, tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id, **kwargs,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return model
+
+
+def num_params(model: torch.nn.Module) -> int:
+    """Distinct parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------- supervised warm start
+
+
+def sft_batch(tokenizer: PreTrainedTokenizerFast, problems: list[Problem]) -> dict[str, torch.Tensor]:
+    """Right-padded teacher-forcing batch: prompt + answer + EOS, labels only on answer + EOS."""
+    prompts = tokenizer([p.prompt for p in problems], add_special_tokens=False)["input_ids"]
+    answers = tokenizer([p.answer for p in problems], add_special_tokens=False)["input_ids"]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    seqs = [p + a + [eos] for p, a in zip(prompts, answers)]
+    width = max(map(len, seqs))
+    input_ids_BT = torch.full((len(seqs), width), pad, dtype=torch.long)
+    labels_BT = torch.full((len(seqs), width), -100, dtype=torch.long)
+    mask_BT = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (p, s) in enumerate(zip(prompts, seqs)):
+        input_ids_BT[i, : len(s)] = torch.tensor(s)
+        labels_BT[i, len(p) : len(s)] = torch.tensor(s[len(p) :])
+        mask_BT[i, : len(s)] = 1
+    return {"input_ids": input_ids_BT, "attention_mask": mask_BT, "labels": labels_BT}
+
+
+def warm_start(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerFast,
+    task: Task,
+    steps: int,
+    seed: int,
+    *,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    warmup_steps: int = 50,
+    final_lr_fraction: float = 0.1,
+    weight_decay: float = 0.01,
+    callback: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Supervised warm start: ``steps`` AdamW steps on ``task``'s training stream (seeded by ``seed``),
+    linear warm-up then cosine decay to ``final_lr_fraction * lr``. Loss on answer + EOS tokens.
+
+    ``callback(step, loss)`` runs after every optimizer step (1-based), e.g. to save snapshots.
+    Returns the per-step losses.
+    """
+    torch.manual_seed(seed)
+    stream = task.train_problems(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
+
+    def lr_at(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        t = (step - warmup_steps) / max(1, steps - warmup_steps)
+        return final_lr_fraction + (1 - final_lr_fraction) * 0.5 * (1 + math.cos(math.pi * t))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    losses: list[float] = []
+    for step in range(1, steps + 1):
+        batch = sft_batch(tokenizer, [next(stream) for _ in range(batch_size)])
+        loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if callback is not None:
+            callback(step, losses[-1])
+    model.eval()
+    return losses
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def generate_greedy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, prompts: list[str], *,
+                    max_new_tokens: int, batch_size: int = 256, do_sample: bool = False) -> list[str]:
+    """Batched generation with left padding; returns the decoded completions (special tokens dropped)."""
+    was_training, side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    out: list[str] = []
+    try:
+        for i in range(0, len(prompts), batch_size):
+            enc = tokenizer(prompts[i : i + batch_size], add_special_tokens=False, padding=True,
+                            return_tensors="pt")
+            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                 top_k=None, top_p=None, temperature=1.0,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            out += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return out
+
+
+def greedy_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task,
+                    problems: list[Problem] | None = None, *, do_sample: bool = False) -> float:
+    """Mean reward of greedy (or, with ``do_sample``, temperature-1) answers on ``problems``
+    (default: the task's 1000 test problems). Unscorable answers count as wrong."""
+    problems = task.test_problems() if problems is None else problems
+    answers = generate_greedy(model, tokenizer, [p.prompt for p in problems],
+                              max_new_tokens=task.max_new_tokens, do_sample=do_sample)
+    return sum(task.reward(a, p) or 0.0 for a, p in zip(answers, problems)) / len(problems)

@@ -1,0 +1,266 @@
+"""The ``hacrl`` command: wiring only.
+
+    hacrl train [--preset NAME | --config FILE] [--set key=value ...] [--resume [CKPT]] [--overwrite]
+    hacrl eval  (--run DIR | --model DIR ...) [--task NAME] [--n 500] [--k 0]
+    hacrl presets [--show NAME] [--fields]
+
+Bad input exits with code 2 and one line naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hacrl.config import Config, ConfigError, load_config, preset_names, preset_text
+
+logger = logging.getLogger("hacrl")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hacrl", description="Heterogeneous Agent Collaborative RL (HACPO).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train N agents together (default: the embedded tiny-model preset)")
+    t.add_argument("--preset", help="a named preset (see `hacrl presets`); default tiny-model")
+    t.add_argument("--config", help="a YAML config file")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. trainer.steps=20 or agents.<id>.lr=1e-4 (repeatable)")
+    t.add_argument("--output", help="run directory (default: <run.output_dir>/<run.name or preset-timestamp>)")
+    t.add_argument("--resume", nargs="?", const="latest", help="resume the run directory's latest checkpoint, "
+                   "or the checkpoint directory given")
+    t.add_argument("--overwrite", action="store_true", help="delete an existing run directory first")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    e = sub.add_parser("eval", help="evaluate each agent alone on a task's held-out split")
+    e.add_argument("--run", help="a run directory: evaluates its latest checkpoint's agents")
+    e.add_argument("--model", action="append", default=[], help="a model directory or builtin:<name> (repeatable)")
+    e.add_argument("--task", help="task name (default: the run's task, or add2)")
+    e.add_argument("--n", type=int, default=500, help="held-out problems")
+    e.add_argument("--k", type=int, default=0, help="also sample k answers per problem: avg@k and pass@k")
+    e.add_argument("--max-new-tokens", type=int, default=None)
+    e.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    pr = sub.add_parser("presets", help="list the named presets")
+    pr.add_argument("--show", metavar="NAME", help="print a preset's YAML")
+    pr.add_argument("--fields", action="store_true", help="list every config field with its help text")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.command in ("train", "eval"):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    try:
+        if args.command == "train":
+            return cmd_train(args)
+        if args.command == "eval":
+            return cmd_eval(args)
+        return cmd_presets(args)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"hacrl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hacrl: interrupted", file=sys.stderr)
+        return 130
+
+
+# ---- train ----------------------------------------------------------------------------------------
+
+def _run_dir(args: argparse.Namespace, cfg: Config) -> Path:
+    if args.output:
+        return Path(args.output)
+    name = cfg.run.name or f"{args.preset or (Path(args.config).stem if args.config else 'tiny-model')}-" \
+                           f"{cfg.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.run.output_dir) / name
+
+
+def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
+    from hacrl.trainer.checkpoint import MANIFEST, latest_checkpoint
+
+    if not args.resume:
+        return None
+    if args.resume != "latest":
+        path = Path(args.resume)
+        if not (path / MANIFEST).is_file():
+            raise ConfigError(f"--resume {path}: not a complete checkpoint (no {MANIFEST}); "
+                              f"give a checkpoints/step-* directory or no value for the latest")
+        return path
+    found = latest_checkpoint(run_dir / "checkpoints")
+    if found is None:
+        raise ConfigError(f"--resume: no complete checkpoint under {run_dir / 'checkpoints'}; start without --resume")
+    return found
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = load_config(args.preset, args.config, args.overrides)
+    run_dir = _run_dir(args, cfg)
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other; pick one")
+    resume_from = _resolve_resume(args, run_dir)
+    if resume_from is None and run_dir.exists() and any(run_dir.iterdir()):
+        if not args.overwrite:
+            raise ConfigError(f"run directory {run_dir} exists; pass --resume to continue it or --overwrite to replace it")
+        shutil.rmtree(run_dir)
+
+    from hacrl.trainer.trainer import Trainer
+
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        trainer = Trainer(cfg, run_dir, resume_from=resume_from)
+    except Exception:
+        if created:  # nothing half-written: a run that never started leaves no directory
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    print(f"hacrl: run directory {run_dir}")
+    _print_agents(trainer)
+    with _Progress(trainer, enabled=not args.quiet) as progress:
+        result = trainer.train(progress=progress.update)
+    _print_summary(trainer, result, run_dir)
+    if result["stopped"]:
+        print(f"hacrl: stopped at step {trainer.step_idx}; resume with: hacrl train "
+              f"{'--preset ' + args.preset if args.preset else '--config ' + str(args.config) if args.config else ''}"
+              f" --output {run_dir} --resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _print_agents(trainer: Any) -> None:
+    for a in trainer.agents:
+        print(f"  agent {a.id}: {type(a.model).__name__}, {a.num_parameters / 1e6:.2f}M params, "
+              f"vocab {len(a.tokenizer)}, from {a.source}")
+
+
+def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
+    first, last = result.get("first"), result.get("last")
+    print(f"hacrl: finished {trainer.step_idx} steps of {trainer.cfg.algorithm.name}; "
+          f"held-out greedy accuracy on {len(trainer.eval_problems)} {trainer.cfg.task.name} problems:")
+    for a in trainer.agents:
+        key = f"eval/{a.id}/greedy_acc"
+        before = f"{first[key]:.3f}" if first else "  -  "
+        after = f"{last[key]:.3f}" if last else "  -  "
+        print(f"  {a.id:<20} before {before}  after {after}")
+    print(f"hacrl: metrics in {run_dir / 'metrics.jsonl'}, checkpoint {result['checkpoint']}")
+
+
+class _Progress:
+    """A rich progress bar: step, per-agent reward, ETA. Plain log lines when not on a terminal."""
+
+    def __init__(self, trainer: Any, enabled: bool) -> None:
+        self.trainer = trainer
+        self.enabled = enabled
+        self._bar = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                 TimeRemainingColumn(), TextColumn("{task.description}"), transient=False)
+            self._bar.start()
+            self._task = self._bar.add_task("", total=self.trainer.cfg.trainer.steps,
+                                            completed=self.trainer.step_idx)
+        return self
+
+    def update(self, step: int, metrics: dict[str, float]) -> None:
+        rewards = "  ".join(f"{a.id} {metrics.get(f'agent/{a.id}/reward', float('nan')):.2f}"
+                            for a in self.trainer.agents)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, description=f"reward {rewards}")
+        elif self.enabled:
+            step_time = sum(v for k, v in metrics.items() if k.startswith("timing/"))
+            print(f"step {step}/{self.trainer.cfg.trainer.steps}  reward {rewards}  ({step_time:.1f}s)",
+                  file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+# ---- eval -----------------------------------------------------------------------------------------
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import yaml
+
+    from hacrl.agents.agent import load_agent
+    from hacrl.data.tasks import get_task
+    from hacrl.rollout import get_engine
+    from hacrl.trainer.checkpoint import latest_checkpoint
+    from hacrl.trainer.evaluation import evaluate_agent
+    from hacrl.trainer.trainer import resolve_model_path
+
+    models: list[tuple[str, Path]] = []
+    task_name, max_new = args.task, args.max_new_tokens
+    if args.run:
+        run = Path(args.run)
+        found = latest_checkpoint(run / "checkpoints")
+        if found is None:
+            raise ConfigError(f"--run {run}: no complete checkpoint under {run / 'checkpoints'}")
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        task_name = task_name or cfg["task"]["name"]
+        max_new = max_new or cfg["rollout"]["max_new_tokens"]
+        models += [(a["id"], found / "agents" / a["id"]) for a in cfg["agents"]]
+    for spec in args.model:
+        models.append((Path(spec).name if not spec.startswith("builtin:") else spec[8:], resolve_model_path(spec)))
+    if not models:
+        raise ConfigError("eval: give --run DIR or at least one --model")
+    task = get_task(task_name or "add2")
+    problems = task.test_problems(args.n)
+    engine = get_engine("hf")
+    results = []
+    for i, (agent_id, path) in enumerate(models):
+        agent = load_agent(agent_id, i, path)
+        res = evaluate_agent(agent, problems, task.reward, engine, max_new_tokens=max_new or 64, k=args.k)
+        results.append(res.as_dict())
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        cols = ["agent", "n", "greedy_acc"] + (["sampled_avg", "sampled_pass"] if args.k else [])
+        print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+        for r in results:
+            print("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+    return 0
+
+
+# ---- presets --------------------------------------------------------------------------------------
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    if args.show:
+        print(preset_text(args.show), end="")
+        return 0
+    if args.fields:
+        from hacrl.config import Config
+
+        for section, field in Config.model_fields.items():
+            sub = getattr(field.annotation, "model_fields", None)
+            if sub is None and section == "agents":
+                from hacrl.config import AgentSpec
+
+                sub, section = AgentSpec.model_fields, "agents.<id>"
+            for name, f in (sub or {}).items():
+                default = "" if f.is_required() else f" = {f.get_default(call_default_factory=True)!r}"
+                print(f"{section}.{name}{default}  {f.description or ''}".rstrip())
+        return 0
+    import yaml
+
+    for name in preset_names():
+        tree = yaml.safe_load(preset_text(name))
+        first_line = preset_text(name).splitlines()[0].lstrip("# ").strip()
+        agents = ", ".join(a["id"] for a in tree.get("agents", []))
+        print(f"{name:<16} {first_line}  [agents: {agents}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""The one typed config tree: loaded from YAML or a named preset, overridden with ``--set a.b=c``,
+validated with one-line errors that name the bad key, and saved resolved to ``run_dir/config.yaml``.
+
+Values derived from others (the default minibatch size, the effective group size of ``gspo2x``) are
+computed in ``derive()``, never written back into the parsed config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A bad config: the message is one line naming the field and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class AgentSpec(_Section):
+    id: str = Field(description="unique agent name, used in metrics and checkpoint paths")
+    model: str = Field(description="model directory, or builtin:<name> for a shipped tiny agent")
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0, description="max gradient norm per optimizer step")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    template: Literal["auto", "chat", "plain"] = Field("auto", description="prompt rendering")
+    system_prompt: str | None = None
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    kl_coef: float = Field(0.0, ge=0, description="β of the k3 KL to the initial weights, own answers only")
+    max_prompt_tokens: int = Field(1024, gt=0)
+    max_answer_tokens: int | None = Field(None, gt=0, description="training-view limit; default rollout.max_new_tokens")
+
+    @field_validator("id")
+    @classmethod
+    def _id_ok(cls, v: str) -> str:
+        if not v or not all(c.isalnum() or c in "-_." for c in v):
+            raise ValueError(f"{v!r} must be non-empty letters, digits, '-', '_' or '.'")
+        return v
+
+
+class TaskConfig(_Section):
+    name: str = Field("add2", description="built-in task name (see `hacrl presets`)")
+    reward: str | None = Field(None, description="reward name or module:function; default: the task's verifier")
+    reward_timeout_s: float | None = Field(None, gt=0, description="per-answer reward time limit; None = inline")
+
+
+class RolloutConfig(_Section):
+    engine: str = "hf"
+    rollouts_per_prompt: int = Field(8, ge=1, description="G: answers per prompt per agent")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(64, gt=0)
+    old_logprobs: Literal["auto", "rollout", "recompute"] = Field(
+        "auto", description="π_old source: rollout log-probs (exact at T=1, top-p 1) or a fresh forward pass"
+    )
+
+
+class AlgorithmConfig(_Section):
+    name: str = Field("hacpo", description="hacpo, gspo, gspo2x, naive, grpo or a hacpo-* ablation")
+    clip_low: float = Field(3e-4, ge=0, lt=1, description="ε_low of own-answer clipping")
+    clip_high: float = Field(4e-4, ge=0, description="ε_high of own-answer clipping")
+    alpha: float = Field(1.0, ge=0, description="exponential importance-sampling exponent α")
+    delta: float = Field(0.2, ge=0, le=1, description="cross clip starts at [1-δ, 1]")
+    delta_step: float = Field(0.025, ge=0, description="per-minibatch tightening of the cross lower bound")
+    capability_window: int = Field(5, ge=1, description="K: steps averaged into an agent's capability")
+    max_log_ratio: float = Field(10.0, gt=0)
+
+
+class TrainerConfig(_Section):
+    steps: int = Field(20, ge=1)
+    batch_size: int = Field(16, ge=1, description="prompts per step")
+    minibatch_size: int | None = Field(None, ge=1, description="sequences per optimizer step; default B·G/2")
+    micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward pass")
+    eval_every: int = Field(0, ge=0, description="evaluate every E steps (0: only before and after)")
+    eval_size: int = Field(500, ge=1, description="held-out problems per evaluation")
+    checkpoint_every: int = Field(0, ge=0, description="checkpoint every C steps (0: only at the end)")
+    keep_last: int = Field(2, ge=1, description="checkpoints kept")
+    log_samples: int = Field(4, ge=0, description="prompts whose answers are written to samples/ per step")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+
+
+class RunConfig(_Section):
+    name: str | None = Field(None, description="run directory name under output_dir; default: preset-time")
+    output_dir: str = "runs"
+    seed: int = 0
+    tensorboard: bool = True
+
+
+class Config(_Section):
+    run: RunConfig = Field(default_factory=RunConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    agents: list[AgentSpec]
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> Config:
+        ids = [a.id for a in self.agents]
+        if not ids:
+            raise ValueError("agents: at least one agent is needed")
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"agents: duplicate id {dupes[0]!r}; give every agent a unique id")
+        return self
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Values computed from the config once (never written back into it)."""
+
+    group_size: int  # answers per prompt per agent actually sampled (2G for gspo2x)
+    rows_per_prompt: int  # rows of one prompt in a learner's view
+    minibatch_size: int  # sequences per optimizer step
+    num_minibatches: int  # optimizer steps per learner per training step
+
+
+def derive(cfg: Config, *, shares_pool: bool, rollout_multiplier: int, needs_groups: bool) -> Derived:
+    """Check the combination of sections and compute derived values; raises ConfigError."""
+    g = cfg.rollout.rollouts_per_prompt * rollout_multiplier
+    n = len(cfg.agents)
+    if needs_groups and g * (n if shares_pool else 1) < 2:
+        raise ConfigError(f"rollout.rollouts_per_prompt={cfg.rollout.rollouts_per_prompt}: group methods need "
+                          f"at least 2 answers per prompt; set it to 2 or more")
+    rows_per_prompt = g * (n if shares_pool else 1)
+    rows = cfg.trainer.batch_size * rows_per_prompt
+    mb = cfg.trainer.minibatch_size or max(rows_per_prompt, cfg.trainer.batch_size * g // 2)
+    if mb % rows_per_prompt or rows % mb:
+        raise ConfigError(
+            f"trainer.minibatch_size={mb}: must be a multiple of the {rows_per_prompt} answers per prompt and "
+            f"divide the {rows} sequences each learner trains on per step; pick e.g. {rows // 2 if rows // 2 % rows_per_prompt == 0 else rows}"
+        )
+    return Derived(group_size=g, rows_per_prompt=rows_per_prompt, minibatch_size=mb, num_minibatches=rows // mb)
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("hacrl.presets").iterdir() if p.name.endswith(".yaml"))
+
+
+def preset_text(name: str) -> str:
+    f = resources.files("hacrl.presets") / f"{name}.yaml"
+    if not f.is_file():
+        raise ConfigError(f"--preset {name!r} is unknown; valid: {', '.join(preset_names())}")
+    return f.read_text()
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        return raw
+
+
+def apply_override(tree: dict[str, Any], assignment: str) -> None:
+    """Apply ``a.b.c=value`` to a nested dict; list items (agents) are addressed by id or by index."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. trainer.steps=20")
+    key, raw = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    node: Any = tree
+    for i, part in enumerate(parts[:-1]):
+        where = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            node = _list_item(node, part, where)
+        else:
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {key}: {where} is not a section")
+            node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        raise ConfigError(f"--set {key}: name a field of the item, e.g. agents.<id>.lr=1e-4")
+    if not isinstance(node, dict):
+        raise ConfigError(f"--set {key}: {'.'.join(parts[:-1])} is not a section")
+    node[last] = _parse_value(raw)
+
+
+def _list_item(items: list[Any], part: str, where: str) -> Any:
+    for item in items:
+        if isinstance(item, dict) and str(item.get("id")) == part:
+            return item
+    if part.isdigit() and int(part) < len(items):
+        return items[int(part)]
+    ids = [str(item.get("id")) for item in items if isinstance(item, dict)]
+    raise ConfigError(f"--set {where}: no agent with id {part!r}; ids: {', '.join(ids)}")
+
+
+def _format_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(x) for x in first["loc"])
+    if first["type"] == "extra_forbidden":
+        return f"config: unknown key {loc!r}; remove it or check its spelling (see `hacrl presets --show`)"
+    if first["type"] == "missing":
+        return f"config: {loc} is required"
+    value = first.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"config: {loc}: {msg}{shown}" if loc else f"config: {msg}"
+
+
+def build_config(tree: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+
+
+def load_config(
+    preset: str | None = None, path: str | Path | None = None, overrides: list[str] | None = None
+) -> Config:
+    """Preset or YAML file (not both), then ``overrides``; validated."""
+    if preset and path:
+        raise ConfigError("give --preset or --config, not both")
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"--config {p}: no such file")
+        text = p.read_text()
+    else:
+        text = preset_text(preset or "tiny-model")
+    try:
+        tree = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(tree, dict):
+        raise ConfigError("config: the top level must be a mapping of sections")
+    for assignment in overrides or []:
+        apply_override(tree, assignment)
+    return build_config(tree)
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,197 @@
+"""Built-in procedural tasks with exact-answer verifiers: the embedded default's data.
+
+Each task draws small arithmetic problems from a fixed, finite space (e.g. every pair of 2-digit
+operands). A stable hash of the problem puts it either in the held-out test split or in the training
+split, so the two are disjoint by construction and the split never depends on a seed, the Python
+hash seed or the number of problems asked for. ``train_problems(seed)`` is an infinite, seeded,
+deterministic stream drawn (with replacement) from the training split; ``test_problems(n)`` is a
+fixed list whose first ``n`` items do not depend on ``n``.
+
+The prompt is plain text meant to be tokenized as is: zero-padded operands and no spaces
+(``"07+85="``), answer ``"92"``. Fixed-width operands make every prompt the same length and put
+each digit at the same position, which is what lets a sub-2M-parameter model learn the task in
+minutes; tokenizers should split digits individually.
+
+Registry: ``TASKS.get("add2")()`` returns a :class:`Task`. Only the standard library is used.
+
+>>> task = TASKS.get("add2")()
+>>> p = task.test_problems(1)[0]
+>>> task.reward(p.answer, p), task.reward(" " + p.answer + "\\n", p), task.reward("x", p)
+(1.0, 1.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from hacrl.registry import Registry
+
+__all__ = ["TASKS", "ArithmeticTask", "Problem", "Task", "exact_match", "get_task"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its reference answer. ``id`` identifies the problem (not the draw)."""
+
+    id: str
+    prompt: str
+    answer: str
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What the trainer needs from a task."""
+
+    name: str
+    max_new_tokens: int
+
+    def train_problems(self, seed: int) -> Iterator[Problem]: ...
+
+    def test_problems(self, n: int | None = None) -> list[Problem]: ...
+
+    def reward(self, completion: str, problem: Problem) -> float | None: ...
+
+
+def exact_match(completion: str, answer: str) -> float | None:
+    """1.0 if ``completion`` equals ``answer`` after stripping whitespace, else 0.0; None if unscorable.
+
+    >>> exact_match(" 92\\n", "92"), exact_match("092", "92"), exact_match("92 93", "92")
+    (1.0, 0.0, 0.0)
+    >>> exact_match(None, "92") is None
+    True
+    """
+    if not isinstance(completion, str) or not isinstance(answer, str):
+        return None
+    return 1.0 if completion.strip() == answer.strip() else 0.0
+
+
+# A generator maps a random source to (key, prompt, answer, meta); the key names the problem.
+Generator = Callable[[random.Random], tuple[str, str, str, dict[str, Any]]]
+
+
+def _unit_hash(text: str) -> float:
+    """A stable hash of ``text`` mapped to [0, 1) (blake2b, independent of PYTHONHASHSEED)."""
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+@dataclass(frozen=True)
+class ArithmeticTask:
+    """A finite space of problems split into train/test by a stable hash of the problem key.
+
+    Args:
+        name: registry name, also the prefix of every problem id.
+        generate: draws one problem uniformly from the space.
+        space_size: number of distinct problems (used to check the test split is large enough).
+        test_fraction: share of the space held out for testing.
+        max_new_tokens: a generation budget that fits the longest answer plus EOS with slack for a
+            character-level tokenizer.
+    """
+
+    name: str
+    generate: Generator
+    space_size: int
+    test_fraction: float
+    max_new_tokens: int
+
+    def is_test(self, key: str) -> bool:
+        return _unit_hash(f"{self.name}:{key}") < self.test_fraction
+
+    def _problem(self, rng: random.Random, split: str) -> Problem:
+        key, prompt, answer, meta = self.generate(rng)
+        return Problem(id=f"{self.name}/{key}", prompt=prompt, answer=answer, meta={**meta, "split": split})
+
+    def train_problems(self, seed: int) -> Iterator[Problem]:
+        """An infinite stream of training problems (with repeats), fixed by ``seed``."""
+        rng = random.Random(f"{self.name}/train/{seed}")
+        while True:
+            problem = self._problem(rng, "train")
+            if not self.is_test(problem.id.split("/", 1)[1]):
+                yield problem
+
+    def test_problems(self, n: int | None = None) -> list[Problem]:
+        """The first ``n`` problems (default 1000) of the fixed held-out list, without repeats."""
+        n = 1000 if n is None else n
+        if n > 0.8 * self.space_size * self.test_fraction:
+            raise ValueError(f"task {self.name!r} holds out about {self.space_size * self.test_fraction:.0f} "
+                             f"problems; asked for {n}")
+        rng = random.Random(f"{self.name}/test")
+        seen: set[str] = set()
+        out: list[Problem] = []
+        while len(out) < n:
+            problem = self._problem(rng, "test")
+            key = problem.id.split("/", 1)[1]
+            if key not in seen and self.is_test(key):
+                seen.add(key)
+                out.append(problem)
+        return out
+
+    def reward(self, completion: str, problem: Problem) -> float | None:
+        return exact_match(completion, problem.answer)
+
+
+# ---------------------------------------------------------------- generators
+
+
+def _binary(op: str, a: int, b: int, width_a: int, width_b: int, result: int) -> tuple[str, str, str, dict]:
+    key = f"{a:0{width_a}d}{op}{b:0{width_b}d}"
+    return key, f"{key}=", str(result), {"a": a, "b": b, "op": op}
+
+
+def _add(digits: int) -> Generator:
+    hi = 10**digits
+
+    def generate(rng: random.Random) -> tuple[str, str, str, dict]:
+        a, b = rng.randrange(hi), rng.randrange(hi)
+        return _binary("+", a, b, digits, digits, a + b)
+
+    return generate
+
+
+def _mul1x3(rng: random.Random) -> tuple[str, str, str, dict]:
+    a, b = rng.randrange(10), rng.randrange(1000)
+    return _binary("*", a, b, 1, 3, a * b)
+
+
+def _mixed(rng: random.Random) -> tuple[str, str, str, dict]:
+    a, b = rng.randrange(100), rng.randrange(100)
+    if rng.random() < 0.5:
+        return _binary("+", a, b, 2, 2, a + b)
+    return _binary("-", a, b, 2, 2, a - b)
+
+
+TASKS: Registry[Callable[[], Task]] = Registry("task")
+
+
+@TASKS.register("add2")
+def add2() -> ArithmeticTask:
+    """2-digit addition, zero-padded operands: ``"07+85="`` → ``"92"``. 10^4 problems, ~1500 held out."""
+    return ArithmeticTask("add2", _add(2), 10**4, 0.15, max_new_tokens=6)
+
+
+@TASKS.register("add3")
+def add3() -> ArithmeticTask:
+    """3-digit addition: ``"007+085="`` → ``"92"``. 10^6 problems, ~20 000 held out."""
+    return ArithmeticTask("add3", _add(3), 10**6, 0.02, max_new_tokens=7)
+
+
+@TASKS.register("mul1x3")
+def mul1x3() -> ArithmeticTask:
+    """1-digit times 3-digit: ``"7*085="`` → ``"595"``. 10^4 problems, ~1500 held out."""
+    return ArithmeticTask("mul1x3", _mul1x3, 10**4, 0.15, max_new_tokens=7)
+
+
+@TASKS.register("mixed")
+def mixed() -> ArithmeticTask:
+    """2-digit addition or subtraction: ``"85-07="`` → ``"78"``, ``"07-85="`` → ``"-78"``. ~2·10^4 problems."""
+    return ArithmeticTask("mixed", _mixed, 2 * 10**4, 0.1, max_new_tokens=7)
+
+
+def get_task(name: str) -> Task:
+    """Build the registered task ``name``."""
+    return TASKS.get(name)()

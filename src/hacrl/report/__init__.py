@@ -1,0 +1,1 @@
+"""Metrics sinks, plots and comparison reports."""

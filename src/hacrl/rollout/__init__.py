@@ -1,0 +1,6 @@
+"""Rollout engines behind one protocol: ``hf`` (default, CPU/GPU); ``vllm`` is an optional extra."""
+
+from hacrl.rollout.base import ENGINES, RolloutEngine, Sample, SamplingParams, get_engine
+from hacrl.rollout import hf as _hf  # noqa: F401  (registers "hf")
+
+__all__ = ["ENGINES", "RolloutEngine", "Sample", "SamplingParams", "get_engine"]

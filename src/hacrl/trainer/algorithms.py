@@ -1,0 +1,52 @@
+"""Algorithms by name: which answers a learner trains on, which advantage and which loss.
+
+| name            | rollouts              | a learner trains on                                     |
+|-----------------|-----------------------|---------------------------------------------------------|
+| hacpo           | G per agent, shared   | own G + others' (N−1)·G, with HACPO's four corrections  |
+| gspo            | G per agent, private  | own G                                                   |
+| gspo2x          | 2G per agent, private | own 2G (the paper's GSPO×2: same updates as hacpo, N=2) |
+| naive           | G per agent, shared   | the joint pool, plain GSPO, no corrections              |
+| grpo            | G per agent, private  | own G, token-level ratio (ε 0.2 / 0.28)                 |
+| hacpo-noadv     | as hacpo              | plain joint-mean baseline (the paper's "−Adv")          |
+| hacpo-noomega   | as hacpo              | ω = 1 in the update, kept in the baseline ("−ω")        |
+| hacpo-alpha0    | as hacpo              | α = 0 (no exponential IS)                               |
+| hacpo-nostep    | as hacpo              | fixed cross window [1−δ, 1] ("no Stepwise")             |
+| hacpo-noclip    | as hacpo              | no cross clipping at all ("no Clip")                    |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hacrl.registry import Registry
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    shares_pool: bool  # learners see the other agents' answers
+    advantage: str  # "hacpo" (capability-aware, per learner) or "group" (plain, over what the learner sees)
+    loss: str  # "hacpo", "gspo" or "grpo" (hacrl.core.POLICY_LOSSES)
+    rollout_multiplier: int = 1
+    capability_aware: bool = True
+    use_omega: bool = True
+    alpha_zero: bool = False
+    stepwise: bool = True
+    cross_clip: bool = True
+
+
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
+
+for _algo in (
+    Algorithm("hacpo", shares_pool=True, advantage="hacpo", loss="hacpo"),
+    Algorithm("gspo", shares_pool=False, advantage="group", loss="gspo"),
+    Algorithm("gspo2x", shares_pool=False, advantage="group", loss="gspo", rollout_multiplier=2),
+    Algorithm("naive", shares_pool=True, advantage="group", loss="gspo"),
+    Algorithm("grpo", shares_pool=False, advantage="group", loss="grpo"),
+    Algorithm("hacpo-noadv", shares_pool=True, advantage="hacpo", loss="hacpo", capability_aware=False),
+    Algorithm("hacpo-noomega", shares_pool=True, advantage="hacpo", loss="hacpo", use_omega=False),
+    Algorithm("hacpo-alpha0", shares_pool=True, advantage="hacpo", loss="hacpo", alpha_zero=True),
+    Algorithm("hacpo-nostep", shares_pool=True, advantage="hacpo", loss="hacpo", stepwise=False),
+    Algorithm("hacpo-noclip", shares_pool=True, advantage="hacpo", loss="hacpo", cross_clip=False),
+):
+    ALGORITHMS.add(_algo.name, _algo)

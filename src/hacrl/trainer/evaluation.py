@@ -1,0 +1,62 @@
+"""Each agent alone on held-out problems: greedy accuracy (avg@1) and sampled avg@k / pass@k."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hacrl.agents.agent import Agent
+from hacrl.rollout.base import RolloutEngine, SamplingParams
+from hacrl.types import Problem
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    agent: str
+    n: int
+    greedy_acc: float
+    sampled_avg: float | None = None  # mean reward over k samples per problem (avg@k)
+    sampled_pass: float | None = None  # fraction of problems with at least one correct sample (pass@k)
+    k: int = 0
+    unscorable: int = 0
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def evaluate_agent(
+    agent: Agent,
+    problems: Sequence[Problem],
+    reward: Callable[[str, Problem], float | None],
+    engine: RolloutEngine,
+    *,
+    max_new_tokens: int,
+    k: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int = 256,
+) -> EvalResult:
+    """Greedy avg@1, and if ``k > 0`` sampled avg@k and pass@k. Unscorable answers count as wrong."""
+    prompts = [agent.render_prompt(p.prompt) for p in problems]
+    unscorable = 0
+
+    def score(params: SamplingParams) -> list[list[float]]:
+        nonlocal unscorable
+        per_problem: list[list[float]] = [[] for _ in problems]
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            for s in engine.generate(agent, chunk, params):
+                i = start + s.prompt_index
+                r = reward(agent.decode_answer(list(s.token_ids)), problems[i])
+                unscorable += r is None
+                per_problem[i].append(float(r or 0.0))
+        return per_problem
+
+    greedy = score(SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True))
+    greedy_acc = sum(r[0] for r in greedy) / max(len(problems), 1)
+    if k <= 0:
+        return EvalResult(agent.id, len(problems), greedy_acc, unscorable=unscorable)
+    sampled = score(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens))
+    avg = sum(sum(r) / k for r in sampled) / max(len(problems), 1)
+    pas = sum(max(r) >= 1.0 for r in sampled) / max(len(problems), 1)
+    return EvalResult(agent.id, len(problems), greedy_acc, avg, pas, k, unscorable)

@@ -1,0 +1,183 @@
+"""One learner's part of a step: its training view of the pool, its advantages, and its minibatch
+updates. The formulas live in ``hacrl.core``; this module only arranges tensors for them.
+
+Minibatches hold whole prompt groups (a prompt's own and cross answers together), taken in a seeded
+random prompt order, so every optimizer step mixes own and other agents' answers in the pool's
+proportion; minibatch m gets the stepwise cross bound ℓ_m (paper eq. 14, index restarting each step).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from hacrl.agents.agent import Agent, token_logprobs
+from hacrl.core import POLICY_LOSSES, group_advantages, hacpo_advantages, stepwise_lower_bound
+from hacrl.pool import TrajectoryPool
+from hacrl.trainer.algorithms import Algorithm
+
+
+@dataclass
+class ViewRow:
+    """One answer as the learner trains on it (in the learner's tokenization)."""
+
+    group: int
+    source: int
+    is_own: bool
+    prompt_ids: list[int]
+    answer_ids: list[int]
+    old_logp_mean: float
+    old_token_logps: tuple[float, ...] | None  # own answers only (token-level losses)
+    reward: float
+    truncated: bool = False
+    advantage: float = 0.0
+    omega: float = 1.0
+
+
+def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: dict[int, str]) -> list[ViewRow]:
+    """The learner's rows: own answers as generated, others' re-tokenized from text (shared algorithms)."""
+    sources = None if algo.shares_pool else [learner.index]
+    rows = []
+    for t in pool.scored(sources):
+        prompt_ids = learner.render_prompt(prompts[t.group])
+        if t.source == learner.index:
+            rows.append(ViewRow(t.group, t.source, True, prompt_ids, list(t.token_ids), t.logp_mean,
+                                t.token_logps, float(t.reward)))
+        else:
+            answer_ids, truncated = learner.encode_answer(t.text, t.finished)
+            rows.append(ViewRow(t.group, t.source, False, prompt_ids, answer_ids, t.logp_mean, None,
+                                float(t.reward), truncated))
+    return rows
+
+
+def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor,
+                      capability_N: Tensor) -> None:
+    """Fill ``advantage`` and ``omega`` of every row (in place)."""
+    if not rows:
+        return
+    rewards_B = torch.tensor([r.reward for r in rows])
+    groups_B = torch.tensor([r.group for r in rows])
+    sources_B = torch.tensor([r.source for r in rows])
+    if algo.advantage == "hacpo":
+        adv_B = hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, capability=capability_N,
+                                 capability_aware=algo.capability_aware)
+    else:
+        adv_B = group_advantages(rewards_B, groups_B)
+    # ω^(source, learner) scales a cross answer's update (eq. 10)
+    omega_B = omega_NN[sources_B, learner] if algo.use_omega else torch.ones(len(rows))
+    for row, a, w in zip(rows, adv_B.tolist(), omega_B.tolist(), strict=True):
+        row.advantage, row.omega = a, (1.0 if row.is_own else w)
+
+
+def minibatches(rows: list[ViewRow], minibatch_size: int, rows_per_prompt: int, seed: int) -> list[list[ViewRow]]:
+    """Split rows into minibatches of whole prompt groups, prompts in a seeded random order."""
+    by_group: dict[int, list[ViewRow]] = defaultdict(list)
+    for r in rows:
+        by_group[r.group].append(r)
+    order = sorted(by_group)
+    random.Random(seed).shuffle(order)
+    prompts_per_mb = max(1, minibatch_size // rows_per_prompt)
+    out = []
+    for i in range(0, len(order), prompts_per_mb):
+        mb = [r for g in order[i : i + prompts_per_mb] for r in by_group[g]]
+        if mb:
+            out.append(mb)
+    return out
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    clip_low: float
+    clip_high: float
+    alpha: float
+    delta: float
+    delta_step: float
+    max_log_ratio: float
+    kl_coef: float
+
+
+def _loss_kwargs(algo: Algorithm, s: LossSettings, m: int) -> dict:
+    if algo.loss == "grpo":
+        return {"clip_low": 0.2, "clip_high": 0.28, "max_log_ratio": s.max_log_ratio}
+    kwargs = {"clip_low": s.clip_low, "clip_high": s.clip_high, "max_log_ratio": s.max_log_ratio}
+    if algo.loss == "hacpo":
+        lb = stepwise_lower_bound(m if algo.stepwise else 0, delta=s.delta, delta_step=s.delta_step)
+        kwargs.update(alpha=0.0 if algo.alpha_zero else s.alpha, cross_lower=lb, cross_clip=algo.cross_clip)
+    return kwargs
+
+
+def _old_token_logps(rows: list[ViewRow], answer_mask_BT: Tensor) -> Tensor:
+    old_BT = torch.zeros(answer_mask_BT.shape)
+    for i, r in enumerate(rows):
+        if r.old_token_logps is None:
+            raise ValueError("token-level losses need the learner's own rollout log-probs")
+        old_BT[i, answer_mask_BT[i]] = torch.tensor(r.old_token_logps, dtype=torch.float32)
+    return old_BT
+
+
+def update_learner(
+    agent: Agent,
+    mbs: list[list[ViewRow]],
+    algo: Algorithm,
+    settings: LossSettings,
+    *,
+    micro_batch_size: int,
+    grad_clip: float,
+) -> dict[str, float]:
+    """Run one optimizer step per minibatch; returns metrics averaged over minibatches (weighted by rows)."""
+    assert agent.optimizer is not None
+    loss_fn = POLICY_LOSSES.get(algo.loss)
+    totals: dict[str, float] = defaultdict(float)
+    weights: dict[str, float] = defaultdict(float)
+    agent.model.train()
+    for m, mb in enumerate(mbs):
+        agent.optimizer.zero_grad(set_to_none=True)
+        kwargs = _loss_kwargs(algo, settings, m)
+        for start in range(0, len(mb), micro_batch_size):
+            micro = mb[start : start + micro_batch_size]
+            batch = agent.batch([r.prompt_ids for r in micro], [r.answer_ids for r in micro])
+            device = agent.device
+            mask_BT = batch.answer_mask_BT.to(device)
+            logp_BT = token_logprobs(agent.model, batch)
+            adv_B = torch.tensor([r.advantage for r in micro], device=device)
+            ref_BT = agent.reference_logprobs(batch) if settings.kl_coef > 0 and agent.ref_model is not None else None
+            common = {"ref_logp": ref_BT, "kl_coef": settings.kl_coef if ref_BT is not None else 0.0, **kwargs}
+            if algo.loss == "grpo":
+                old_BT = _old_token_logps(micro, batch.answer_mask_BT).to(device)
+                loss, metrics = loss_fn(logp_BT, mask_BT, old_BT, adv_B, **common)
+            else:
+                old_B = torch.tensor([r.old_logp_mean for r in micro], device=device)
+                if algo.loss == "hacpo":
+                    own_B = torch.tensor([r.is_own for r in micro], device=device)
+                    omega_B = torch.tensor([r.omega for r in micro], device=device)
+                    loss, metrics = loss_fn(logp_BT, mask_BT, old_B, adv_B, own_B, omega_B, **common)
+                else:
+                    loss, metrics = loss_fn(logp_BT, mask_BT, old_B, adv_B, **common)
+            # weight by the micro-batch's share of the minibatch: the sum equals the minibatch's mean loss
+            (loss * (len(micro) / len(mb))).backward()
+            _accumulate(totals, weights, metrics, len(micro))
+        grad_norm = torch.nn.utils.clip_grad_norm_(agent.model.parameters(), grad_clip)
+        agent.optimizer.step()
+        totals["grad_norm"] += float(grad_norm) * len(mb)
+        weights["grad_norm"] += len(mb)
+    return {k: totals[k] / weights[k] for k in totals if weights[k] > 0}
+
+
+def _accumulate(totals: dict, weights: dict, metrics: dict[str, Tensor], n: int) -> None:
+    own = float(metrics.get("count/own", torch.tensor(0)))
+    cross = float(metrics.get("count/cross", torch.tensor(0)))
+    for key, value in metrics.items():
+        v = float(value)
+        if key.startswith("count/"):
+            totals[key] += v
+            weights[key] = 1.0
+            continue
+        # self/* metrics are means over own answers, cross/* over cross answers: weight accordingly
+        w = own if key.startswith("self/") else cross if key.startswith("cross/") else n
+        if w > 0:
+            totals[key] += v * w
+            weights[key] += w

@@ -1,0 +1,352 @@
+"""The HACRL training loop as named phases.
+
+One step: data → rollout (every agent answers the same prompts) → reward → pool → capability →
+for each learner: view → advantages → minibatch updates (stepwise index) ; then eval every E steps and
+a checkpoint every C steps. Formulas live in ``hacrl.core``; the per-learner arithmetic in ``learner``.
+
+Run it with ``hacrl train`` (see ``hacrl.cli``) or ``Trainer(cfg, run_dir).train()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hacrl.agents.agent import Agent, load_agent, token_logprobs
+from hacrl.config import Config, ConfigError, derive, dump_config
+from hacrl.core import CapabilityTracker
+from hacrl.pool import TrajectoryPool
+from hacrl.report.sinks import JsonlSink, MultiSink, NullSink, tensorboard_sink
+from hacrl.rollout import SamplingParams, get_engine
+from hacrl.rollout.base import Sample
+from hacrl.trainer import checkpoint as ckpt
+from hacrl.trainer.algorithms import ALGORITHMS
+from hacrl.trainer.evaluation import evaluate_agent
+from hacrl.trainer.learner import LossSettings, assign_advantages, build_view, minibatches, update_learner
+from hacrl.types import Problem, Trajectory
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[f"timing/{name}"] = timings.get(f"timing/{name}", 0.0) + time.perf_counter() - start
+
+
+def resolve_model_path(spec: str) -> Path:
+    """``builtin:<name>`` → a tiny agent shipped in the package; anything else is a directory."""
+    if spec.startswith("builtin:"):
+        from hacrl.agents.tiny import tiny_agent_path
+
+        return tiny_agent_path(spec.removeprefix("builtin:"))
+    return Path(spec).expanduser()
+
+
+class Trainer:
+    """N agents trained together on one task. ``resume_from`` is a checkpoint directory."""
+
+    def __init__(self, cfg: Config, run_dir: Path, *, resume_from: Path | None = None,
+                 sinks: bool = True) -> None:
+        from hacrl.data.tasks import get_task
+
+        self.cfg = cfg
+        self.run_dir = run_dir
+        try:
+            self.algo = ALGORITHMS.get(cfg.algorithm.name)
+        except KeyError as exc:
+            raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
+        self.derived = derive(cfg, shares_pool=self.algo.shares_pool,
+                              rollout_multiplier=self.algo.rollout_multiplier, needs_groups=True)
+        if cfg.trainer.threads:
+            torch.set_num_threads(cfg.trainer.threads)
+        self.task = get_task(cfg.task.name)
+        self.reward_fn = self._make_reward()
+        self.engine = get_engine(cfg.rollout.engine)
+        self.step_idx = 0
+        self.data_pos = 0
+        manifest = ckpt.read_manifest(resume_from) if resume_from else None
+        if manifest:
+            self._check_resume(manifest)
+        self._seed_everything(cfg.run.seed)
+        self.agents = [self._load_agent(i, resume_from) for i in range(len(cfg.agents))]
+        self.tracker = CapabilityTracker(len(self.agents), window=cfg.algorithm.capability_window)
+        if resume_from:
+            self._restore(resume_from)
+        self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
+        self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
+        self.sink = self._make_sinks() if sinks else NullSink()
+        self._stop_requested = False
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    def _make_reward(self) -> Callable[[str, Problem], float | None]:
+        if self.cfg.task.reward is None:
+            return self.task.reward
+        from hacrl.rewards import get_reward
+
+        fn = get_reward(self.cfg.task.reward)
+        return lambda text, p: fn(text, {"answer": p.answer, "prompt": p.prompt, **p.meta})
+
+    @staticmethod
+    def _seed_everything(seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+    def _load_agent(self, index: int, resume_from: Path | None) -> Agent:
+        spec = self.cfg.agents[index]
+        path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model)
+        agent = load_agent(
+            spec.id, index, path, dtype=spec.dtype, device=spec.device, template=spec.template,
+            system_prompt=spec.system_prompt, chat_template_kwargs=spec.chat_template_kwargs,
+            max_prompt_tokens=spec.max_prompt_tokens,
+            max_answer_tokens=spec.max_answer_tokens or self.cfg.rollout.max_new_tokens,
+        )
+        agent.source = spec.model
+        agent.configure_optimizer(lr=spec.lr, weight_decay=spec.weight_decay)
+        if spec.kl_coef > 0:
+            if resume_from and (path / "reference").is_dir():
+                from transformers import AutoModelForCausalLM
+
+                ref = AutoModelForCausalLM.from_pretrained(path / "reference", dtype=agent.model.dtype)
+                agent.ref_model = ref.to(agent.device).eval().requires_grad_(False)
+            else:
+                agent.enable_reference()
+        if resume_from:
+            agent.load_optimizer(path)
+        return agent
+
+    def _check_resume(self, manifest: dict[str, Any]) -> None:
+        mine = [{"id": a.id, "model": a.model} for a in self.cfg.agents]
+        if manifest.get("agents") != mine:
+            raise ConfigError(f"--resume: the checkpoint was made with agents {manifest.get('agents')}, "
+                              f"the config has {mine}; resume with the original config")
+        if manifest.get("algorithm") != self.cfg.algorithm.name:
+            raise ConfigError(f"--resume: the checkpoint used algorithm {manifest.get('algorithm')!r}, "
+                              f"the config has {self.cfg.algorithm.name!r}")
+
+    def _restore(self, path: Path) -> None:
+        state = ckpt.load_state(path)
+        self.step_idx = state["step"]
+        self.data_pos = state["data_pos"]
+        self.tracker.load_state_dict(state["tracker"])
+        ckpt.set_rng_state(state["rng"])
+
+    def _make_sinks(self) -> MultiSink:
+        sinks: list[Any] = [JsonlSink(self.run_dir / "metrics.jsonl")]
+        if self.cfg.run.tensorboard:
+            sinks.append(tensorboard_sink(self.run_dir / "tensorboard"))
+        return MultiSink(sinks)
+
+    # ---- phases ---------------------------------------------------------------------------------
+    def _next_problems(self) -> list[Problem]:
+        batch = list(itertools.islice(self._train_iter, self.cfg.trainer.batch_size))
+        if len(batch) < self.cfg.trainer.batch_size:
+            raise RuntimeError(f"task {self.cfg.task.name!r} ran out of training problems")
+        self.data_pos += len(batch)
+        return batch
+
+    def _rollout(self, problems: list[Problem]) -> dict[int, list[Sample]]:
+        r = self.cfg.rollout
+        params = SamplingParams(n=self.derived.group_size, temperature=r.temperature, top_p=r.top_p,
+                                max_new_tokens=r.max_new_tokens)
+        return {a.index: self.engine.generate(a, [a.render_prompt(p.prompt) for p in problems], params)
+                for a in self.agents}
+
+    def _needs_recompute(self) -> bool:
+        r = self.cfg.rollout
+        if r.old_logprobs != "auto":
+            return r.old_logprobs == "recompute"
+        return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0)
+
+    @torch.no_grad()
+    def _recompute_logprobs(self, agent: Agent, problems: list[Problem], samples: list[Sample]) -> list[Sample]:
+        """π_old as the training forward pass sees it (for temperature ≠ 1, top-p < 1 or other engines)."""
+        out = []
+        mb = self.cfg.trainer.micro_batch_size
+        for start in range(0, len(samples), mb):
+            chunk = samples[start : start + mb]
+            batch = agent.batch([agent.render_prompt(problems[s.prompt_index].prompt) for s in chunk],
+                                [list(s.token_ids) for s in chunk])
+            logp_BT = token_logprobs(agent.model, batch).cpu()
+            for i, s in enumerate(chunk):
+                lp = tuple(logp_BT[i][batch.answer_mask_BT[i]].tolist())
+                out.append(Sample(s.prompt_index, s.token_ids, lp, s.finished))
+        return out
+
+    def _score(self, problems: list[Problem], samples: dict[int, list[Sample]]) -> tuple[TrajectoryPool, dict]:
+        trajectories, stats = [], {}
+        for agent in self.agents:
+            failures = 0
+            for s in samples[agent.index]:
+                text = agent.decode_answer(list(s.token_ids))
+                problem = problems[s.prompt_index]
+                try:
+                    reward = self.reward_fn(text, problem)
+                    reward = None if reward is None or not np.isfinite(reward) else float(reward)
+                except Exception as exc:  # a broken reward scores the answer as unscorable
+                    logger.debug("reward raised on %r: %s", text[:40], exc)
+                    reward = None
+                failures += reward is None
+                trajectories.append(Trajectory(
+                    group=s.prompt_index, problem_id=problem.id, source=agent.index, text=text,
+                    finished=s.finished, reward=reward, logp_sum=float(sum(s.logps)), num_tokens=len(s.token_ids),
+                    token_ids=s.token_ids, token_logps=s.logps))
+            stats[f"agent/{agent.id}/unscorable"] = failures
+        return TrajectoryPool(problems, trajectories), stats
+
+    def _loss_settings(self, agent: Agent) -> LossSettings:
+        a = self.cfg.algorithm
+        return LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
+                            self.cfg.agents[agent.index].kl_coef)
+
+    def step(self) -> dict[str, float]:
+        """One training step; returns its metrics."""
+        timings: dict[str, float] = {}
+        with timed(timings, "data"):
+            problems = self._next_problems()
+        with timed(timings, "rollout"):
+            samples = self._rollout(problems)
+        if self._needs_recompute():
+            with timed(timings, "old_logprobs"):
+                samples = {a.index: self._recompute_logprobs(a, problems, samples[a.index]) for a in self.agents}
+        with timed(timings, "reward"):
+            pool, metrics = self._score(problems, samples)
+        with timed(timings, "capability"):
+            rewards, sources = pool.rewards_and_sources()
+            step_rate = self.tracker.update(rewards, sources)
+            capability, omega = self.tracker.capability, self.tracker.omega_matrix()
+        prompts = {i: p.prompt for i, p in enumerate(problems)}
+        for agent in self.agents:
+            with timed(timings, f"update/{agent.id}"):
+                rows = build_view(agent, pool, self.algo, prompts)
+                assign_advantages(rows, agent.index, self.algo, omega, capability)
+                mbs = minibatches(rows, self.derived.minibatch_size, self.derived.rows_per_prompt,
+                                  seed=self.cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
+                loss_metrics = update_learner(agent, mbs, self.algo, self._loss_settings(agent),
+                                              micro_batch_size=self.cfg.trainer.micro_batch_size,
+                                              grad_clip=self.cfg.agents[agent.index].grad_clip)
+            metrics.update({f"agent/{agent.id}/{k}": v for k, v in loss_metrics.items()})
+            metrics[f"agent/{agent.id}/optimizer_steps"] = len(mbs)
+            metrics[f"agent/{agent.id}/truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
+        self.step_idx += 1
+        metrics.update(self._pool_metrics(pool, step_rate, capability, omega))
+        metrics.update(timings)
+        self._write_samples(pool)
+        return metrics
+
+    def _pool_metrics(self, pool: TrajectoryPool, rate, capability, omega) -> dict[str, float]:
+        out: dict[str, float] = {"pool/size": len(pool)}
+        for a in self.agents:
+            own = [t for t in pool.trajectories if t.source == a.index]
+            scored = [t.reward for t in own if t.reward is not None]
+            out[f"agent/{a.id}/reward"] = sum(scored) / max(len(scored), 1)
+            out[f"agent/{a.id}/accuracy"] = sum(r >= 1.0 for r in scored) / max(len(scored), 1)
+            out[f"agent/{a.id}/capability"] = float(capability[a.index])
+            out[f"agent/{a.id}/answer_tokens"] = sum(t.num_tokens for t in own) / max(len(own), 1)
+            out[f"agent/{a.id}/finished_frac"] = sum(t.finished for t in own) / max(len(own), 1)
+            for b in self.agents:
+                if b.index != a.index:
+                    out[f"agent/{a.id}/omega/{b.id}"] = float(omega[a.index, b.index])
+        return out
+
+    def _write_samples(self, pool: TrajectoryPool) -> None:
+        n = self.cfg.trainer.log_samples
+        if n <= 0:
+            return
+        groups = pool.by_group()
+        path = self.run_dir / "samples" / f"step-{self.step_idx:06d}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            for g in sorted(groups)[:n]:
+                p = pool.problems[g]
+                answers = [{"agent": self.agents[t.source].id, "text": t.text, "reward": t.reward,
+                            "finished": t.finished} for t in groups[g]]
+                f.write(json.dumps({"problem_id": p.id, "prompt": p.prompt, "answer": p.answer,
+                                    "answers": answers}) + "\n")
+
+    # ---- evaluation and checkpoints ---------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as f:
+            for agent in self.agents:
+                res = evaluate_agent(agent, self.eval_problems, self.reward_fn, self.engine,
+                                     max_new_tokens=self.cfg.rollout.max_new_tokens)
+                f.write(json.dumps({"step": self.step_idx, "task": self.cfg.task.name, **res.as_dict()}) + "\n")
+                out[f"eval/{agent.id}/greedy_acc"] = res.greedy_acc
+        return out
+
+    def save_checkpoint(self) -> Path:
+        state = {"step": self.step_idx, "data_pos": self.data_pos, "tracker": self.tracker.state_dict(),
+                 "rng": ckpt.rng_state()}
+        manifest = {"agents": [{"id": a.id, "model": a.model} for a in self.cfg.agents],
+                    "algorithm": self.cfg.algorithm.name}
+        return ckpt.save_checkpoint(self.run_dir / "checkpoints", self.step_idx, self.agents, state, manifest,
+                                    self.cfg.trainer.keep_last)
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def _request_stop(self, signum: int, _frame: Any) -> None:
+        logger.warning("received %s: finishing the current step, then checkpointing",
+                       signal.Signals(signum).name)
+        self._stop_requested = True
+
+    def train(self, progress: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, Any]:
+        """Run until ``trainer.steps``; returns the evaluations before and after."""
+        t = self.cfg.trainer
+        (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
+        if self.step_idx == 0:
+            self.sink.log(0, self.evaluate())
+        handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)} \
+            if _on_main_thread() else {}
+        last_eval: dict[str, float] | None = None
+        try:
+            while self.step_idx < t.steps and not self._stop_requested:
+                metrics = self.step()
+                final = self.step_idx >= t.steps
+                if final or (t.eval_every and self.step_idx % t.eval_every == 0):
+                    evaluation = self.evaluate()
+                    metrics.update(evaluation)
+                    last_eval = evaluation if final else None
+                self.sink.log(self.step_idx, metrics)
+                if progress:
+                    progress(self.step_idx, metrics)
+                if t.checkpoint_every and self.step_idx % t.checkpoint_every == 0 and not final:
+                    self.save_checkpoint()
+            path = self.save_checkpoint()
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
+            self.sink.close()
+        return {"first": self.eval_record(0), "last": last_eval, "checkpoint": path, "stopped": self._stop_requested}
+
+    def eval_record(self, step: int) -> dict[str, float] | None:
+        """The evaluation logged at ``step`` (from eval.jsonl), as ``{eval/<id>/greedy_acc: value}``."""
+        path = self.run_dir / "eval.jsonl"
+        if not path.is_file():
+            return None
+        out = {}
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["step"] == step:
+                out[f"eval/{rec['agent']}/greedy_acc"] = rec["greedy_acc"]
+        return out or None
+
+
+def _on_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

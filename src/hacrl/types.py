@@ -1,0 +1,53 @@
+"""Tokenizer-neutral data that moves between agents: problems and trajectories.
+
+A ``Trajectory`` holds text and scalars only (plus the source's own token ids, which only the source
+itself reuses), so it can cross process and node boundaries cheaply and be re-tokenized by any learner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt of a verifiable task: ``prompt`` is the question text, ``answer`` the ground truth."""
+
+    id: str
+    prompt: str
+    answer: str
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One sampled answer, as every agent can read it.
+
+    Attributes:
+        group: index of the prompt within the step's batch (the advantage group).
+        problem_id: the task's id of the prompt.
+        source: index of the agent that wrote the answer.
+        text: the answer text, decoded without special tokens.
+        finished: the source stopped with its EOS token (so the answer is complete).
+        reward: the verifier's score, None if unscorable.
+        logp_sum: sum of the source's rollout-time token log-probs over its answer tokens.
+        num_tokens: number of the source's answer tokens (EOS included when ``finished``).
+        token_ids: the source's own answer token ids (reused only by the source itself).
+        token_logps: the source's rollout-time per-token log-probs (for token-level losses).
+    """
+
+    group: int
+    problem_id: str
+    source: int
+    text: str
+    finished: bool
+    reward: float | None
+    logp_sum: float
+    num_tokens: int
+    token_ids: tuple[int, ...]
+    token_logps: tuple[float, ...]
+
+    @property
+    def logp_mean(self) -> float:
+        return self.logp_sum / max(self.num_tokens, 1)
