@@ -99,10 +99,12 @@ def test_no_fallback_when_baseline_equals_max_exactly():
 
 # ---- degenerate groups ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("learner", [0, 1])
 @pytest.mark.parametrize("value", [0.0, 1.0, 0.5])
-def test_all_equal_group_is_exactly_zero(value):
-    # every R equal: σ = 0; with ω ≠ 1, μ̂ ≠ R, so without the rule A would be ±x/1e-6 (or NaN for 0/0)
-    a = adv([value] * 4, [0] * 4, [0, 0, 1, 1], learner=0, capability=[0.9, 0.3])
+def test_all_equal_group_is_exactly_zero(value, learner):
+    # every R equal: σ = 0. Learner 1 (ω^(1,0) = 1/3): μ̂ = (2·R/3 + 2·R)/4 = 2R/3 ≠ R, so without the
+    # rule A would be (R/3)/1e-6; learner 0 (ω^(0,1) = 3): μ̂ = 2R > R falls back to its own mean R.
+    a = adv([value] * 4, [0] * 4, [0, 0, 1, 1], learner=learner, capability=[0.9, 0.3])
     assert torch.equal(a, torch.zeros(4))
     g = group_advantages(T([value] * 4), T([0] * 4))
     assert torch.equal(g, torch.zeros(4))
@@ -223,3 +225,4 @@ def test_eps_enters_the_denominator():
     # R = [1, 0]: σ = 0.7071068; with eps = 0.5, A = ±0.5/(0.7071068 + 0.5) = ±0.4142136
     a = adv([1.0, 0.0], [0, 0], [0, 0], learner=0, capability=[0.5], eps=0.5)
     assert_close(a, T([0.4142136, -0.4142136]))
+    assert_close(group_advantages(T([1.0, 0.0]), T([0, 0]), eps=0.5), T([0.4142136, -0.4142136]))

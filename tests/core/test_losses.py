@@ -25,7 +25,8 @@ def seqs(ratios, length=L):
 
 def hacpo(logp, mask, old, adv, own, omega, **kw):
     kw = {"clip_low": 0.2, "clip_high": 0.28, "alpha": 1.0, "cross_lower": 0.8} | kw
-    return hacpo_loss(logp, mask, old, T(adv, dtype=torch.float32), T(own), T(omega, dtype=torch.float32), **kw)
+    adv, omega = T(adv, dtype=torch.float32), T(omega, dtype=torch.float32)
+    return hacpo_loss(logp, mask, old, adv, T(own), omega, **kw)
 
 
 def grad_of(loss, logp):
@@ -105,6 +106,16 @@ def test_cross_upper_bound_is_a_parameter():
     loss, _ = hacpo(logp, mask, old, [2.0], [False], [1.5], cross_upper=1.1)
     assert loss.item() == pytest.approx(-3.3075, rel=1e-5)
     assert_close(grad_of(loss, logp), torch.full((1, L), -1.65375), rtol=1e-5, atol=1e-6)
+
+
+def test_own_rows_ignore_omega_even_if_not_finite():
+    # ω is "ignored for own answers": NaN or inf there must not leak into the value or the gradient.
+    # own s = 1.1, A = 2 → J = 2.2; cross s = 0.9, ω = 1.5 → J = 2.43; loss = −(2.2 + 2.43)/2 = −2.315
+    for bad in (float("nan"), float("inf")):
+        logp, mask, old = seqs([1.1, 0.9])
+        loss, _ = hacpo(logp, mask, old, [2.0, 2.0], [True, False], [bad, 1.5])
+        assert loss.item() == pytest.approx(-2.315, rel=1e-5)
+        assert_close(grad_of(loss, logp), T([[-0.55, -0.55], [-0.6075, -0.6075]]), rtol=1e-5, atol=1e-6)
 
 
 def test_cross_lower_above_upper_raises():
@@ -288,7 +299,8 @@ def test_empty_mask_rows_give_finite_loss_and_zero_grad():
     mask = T([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
     old = T([0.0, -50.0, -50.0])
     ref = logp.detach() - 0.3
-    for name, (loss, m) in all_losses(logp, mask, old, T([2.0, 2.0, -1.0]), ref_logp=ref, kl_coef=0.1).items():
+    out = all_losses(logp, mask, old, T([2.0, 2.0, -1.0]), ref_logp=ref, kl_coef=0.1)
+    for name, (loss, m) in out.items():
         g = grad_of(loss, logp)
         assert torch.isfinite(loss) and torch.isfinite(g).all(), name
         assert torch.equal(g[1:], torch.zeros(2, 2)), name
@@ -363,9 +375,12 @@ def test_loss_shape_errors(bad):
         ref = torch.zeros(3, 3)
     with pytest.raises(ValueError):
         gspo_loss(logp, mask, old, adv, clip_low=0.2, clip_high=0.28, ref_logp=ref, kl_coef=0.1)
+    n = logp.shape[0]
     with pytest.raises(ValueError):
-        hacpo_loss(logp, mask, old, adv, torch.ones(logp.shape[0], dtype=torch.bool), torch.ones(logp.shape[0]),
+        hacpo_loss(logp, mask, old, adv, torch.ones(n, dtype=torch.bool), torch.ones(n),
                    clip_low=0.2, clip_high=0.28, alpha=1.0, cross_lower=0.8, ref_logp=ref, kl_coef=0.1)
+    with pytest.raises(ValueError):
+        grpo_loss(logp, mask, torch.zeros_like(logp), adv, ref_logp=ref, kl_coef=0.1)
 
 
 def test_grpo_old_logp_shape_error():

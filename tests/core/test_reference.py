@@ -143,7 +143,8 @@ def random_loss_problem(seed):
     own = torch.rand(B, generator=gen) < 0.5
     omega = torch.empty(B).uniform_(0.1, 10.0, generator=gen)
     ref = logp + 0.5 * torch.randn(B, T, generator=gen)
-    lower = stepwise_lower_bound(rng.randint(0, 6), delta=rng.uniform(0.0, 0.5), delta_step=rng.choice([0.0, 0.05]))
+    lower = stepwise_lower_bound(rng.randint(0, 6), delta=rng.uniform(0.0, 0.5),
+                                 delta_step=rng.choice([0.0, 0.05]))
     kw = {
         "clip_low": rng.uniform(0.05, 0.3), "clip_high": rng.uniform(0.05, 0.3),
         "max_log_ratio": rng.choice([10.0, 0.2]),

@@ -131,6 +131,8 @@ def hacpo_advantages(
     _check_flat(rewards=rewards, group_ids=group_ids, source_ids=source_ids)
     if capability.dim() != 1 or not 0 <= learner < capability.shape[0]:
         raise ValueError(f"learner={learner} is not an index into capability of shape {tuple(capability.shape)}")
+    if source_ids.numel() and (source_ids.min() < 0 or source_ids.max() >= capability.shape[0]):
+        raise ValueError(f"source_ids must lie in [0, {capability.shape[0]}) (one capability per agent)")
     r_B = rewards.float()
     inv_B, num_groups = _segments(group_ids)
     n_G, std_G, degenerate_G = _group_stats(r_B, inv_B, num_groups)

@@ -56,6 +56,8 @@ class CapabilityTracker:
                              f"{tuple(rewards.shape)} and {tuple(source_ids.shape)}")
         r_B = rewards.detach().to("cpu", torch.float64)
         src_B = source_ids.detach().to("cpu", torch.long)
+        if src_B.numel() and (src_B.min() < 0 or src_B.max() >= self.num_agents):
+            raise ValueError(f"source_ids must lie in [0, {self.num_agents})")
         sums_N = torch.zeros(self.num_agents, dtype=torch.float64).index_add_(0, src_B, r_B)
         counts_N = torch.zeros(self.num_agents, dtype=torch.float64).index_add_(0, src_B, torch.ones_like(r_B))
         row_N = torch.where(counts_N > 0, sums_N / counts_N.clamp_min(1), torch.full_like(sums_N, float("nan")))

@@ -34,12 +34,13 @@ def aggregate(x_BT: Tensor, mask_BT: Tensor, *, mode: str) -> Tensor:
     - ``seq-mean-token-sum``: sum over each sequence's tokens, then mean over sequences.
     """
     m_BT = mask_BT.to(x_BT.dtype)
+    x_BT = torch.where(mask_BT.bool(), x_BT, torch.zeros_like(x_BT))  # padding may hold -inf / NaN
     if mode == "seq-mean-token-mean":
-        return ((x_BT * m_BT).sum(-1) / m_BT.sum(-1).clamp_min(1)).mean()
+        return (x_BT.sum(-1) / m_BT.sum(-1).clamp_min(1)).mean()
     if mode == "token-mean":
-        return (x_BT * m_BT).sum() / m_BT.sum().clamp_min(1)
+        return x_BT.sum() / m_BT.sum().clamp_min(1)
     if mode == "seq-mean-token-sum":
-        return (x_BT * m_BT).sum(-1).mean()
+        return x_BT.sum(-1).mean()
     raise ValueError(f"unknown aggregation mode {mode!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
@@ -62,9 +63,10 @@ def sequence_log_ratio(
     Returns:
         (log_ratio_B clamped to ±max_log_ratio, nonempty_B: bool, the sequence has answer tokens).
     """
-    m_BT = mask_BT.float()
+    m_BT = mask_BT.bool()
     n_B = m_BT.sum(-1)
-    mean_B = (logp_BT.float() * m_BT).sum(-1) / n_B.clamp_min(1)
+    # where(), not a product with the mask: padding positions may hold -inf or NaN
+    mean_B = torch.where(m_BT, logp_BT.float(), 0.0).sum(-1) / n_B.clamp_min(1)
     log_ratio_B = (mean_B - old_logp_mean_B.float()).clamp(-max_log_ratio, max_log_ratio)
     return log_ratio_B, n_B > 0
 
@@ -106,8 +108,8 @@ def _kl_term(
         return zero, zero
     if ref_logp_BT.shape != logp_BT.shape:
         raise ValueError(f"ref_logp must match logp's shape {tuple(logp_BT.shape)}, got {tuple(ref_logp_BT.shape)}")
-    m_BT = mask_BT.float()
-    kl_B = (kl_k3(logp_BT, ref_logp_BT) * m_BT).sum(-1) / m_BT.sum(-1).clamp_min(1)
+    m_BT = mask_BT.bool()
+    kl_B = torch.where(m_BT, kl_k3(logp_BT, ref_logp_BT), 0.0).sum(-1) / m_BT.sum(-1).clamp_min(1)
     # Dividing by B (not by the number of own sequences) keeps micro-batch accumulation exact.
     penalty = kl_coef * (kl_B * on_B.float()).sum() / logp_BT.shape[0]
     return penalty, _masked_mean(kl_B.detach(), on_B)
@@ -262,7 +264,8 @@ def grpo_loss(
     if old_logp.shape != logp.shape:
         raise ValueError(f"old_logp must match logp's shape {tuple(logp.shape)}, got {tuple(old_logp.shape)}")
     m_BT = mask.float()
-    log_r_BT = (logp.float() - old_logp.float()).clamp(-max_log_ratio, max_log_ratio)
+    valid_BT = mask.bool()
+    log_r_BT = torch.where(valid_BT, logp.float() - old_logp.float(), 0.0).clamp(-max_log_ratio, max_log_ratio)
     r_BT = torch.exp(log_r_BT)
     adv_B1 = advantages.float()[:, None]
     clipped_BT = r_BT.clamp(1.0 - clip_low, 1.0 + clip_high)

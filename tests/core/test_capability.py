@@ -1,0 +1,139 @@
+"""CapabilityTracker: the sliding window P̂ (eq. 9, current step included) and ω = clamp(P̂_k / P̂_j)."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from hacrl.core import CapabilityTracker, omega_matrix
+
+T = torch.tensor
+
+
+def step(tracker, per_agent_rewards):
+    """One update from {agent: [rewards]}."""
+    rewards = [r for rs in per_agent_rewards.values() for r in rs]
+    sources = [a for a, rs in per_agent_rewards.items() for _ in rs]
+    return tracker.update(T(rewards, dtype=torch.float32), T(sources))
+
+
+def test_window_includes_current_step():
+    # agent 0's step means: 1.0, 0.0, 0.5, 0.25; agent 1 is always 0.5; K = 3
+    tr = CapabilityTracker(2, window=3)
+    expected_p0 = [
+        1.0,                        # [1.0]                   (window still filling)
+        0.5,                        # [1.0, 0.0]
+        0.5,                        # [1.0, 0.0, 0.5]         → 1.5/3
+        0.25,                       # [0.0, 0.5, 0.25]        → 0.75/3 (step 1 has left the window)
+    ]
+    steps = [[1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+    for rewards, p0 in zip(steps, expected_p0):
+        row = step(tr, {0: rewards, 1: [1.0, 0.0]})
+        assert row[0].item() == pytest.approx(sum(rewards) / len(rewards))
+        assert_close(tr.capability, T([p0, 0.5]))
+    # ω^(0,1) = 0.25/0.5 = 0.5, ω^(1,0) = 2
+    assert tr.omega(0, 1).item() == pytest.approx(0.5)
+    assert tr.omega(1, 0).item() == pytest.approx(2.0)
+
+
+def test_no_history_gives_capability_one_and_omega_one():
+    tr = CapabilityTracker(3)
+    assert torch.equal(tr.capability, torch.ones(3))
+    assert torch.equal(tr.omega_matrix(), torch.ones(3, 3))
+
+
+def test_never_succeeding_agent_is_floored_and_omega_clamped():
+    tr = CapabilityTracker(2, window=5)
+    for _ in range(3):
+        step(tr, {0: [1.0, 0.0], 1: [0.0, 0.0]})
+    # P̂ = [0.5, 0 → floor 1e-8]; ω^(0,1) = 0.5/1e-8 = 5e7 → 10; ω^(1,0) = 2e-8 → 0.1
+    assert tr.capability[1].item() == pytest.approx(1e-8)
+    assert_close(tr.omega_matrix(), T([[1.0, 10.0], [0.1, 1.0]]))
+    assert torch.isfinite(tr.omega_matrix()).all()
+
+
+def test_omega_is_the_clamped_capability_ratio():
+    # P̂ = [0.9, 0.3, 0.6, 0.05]:  0.9/0.3 = 3, 0.3/0.6 = 0.5, 0.9/0.05 = 18 → 10, 0.05/0.6 = 0.083 → 0.1
+    tr = CapabilityTracker(4, window=2)
+    step(tr, {0: [1.0] * 9 + [0.0], 1: [1.0] * 3 + [0.0] * 7, 2: [1.0] * 6 + [0.0] * 4,
+              3: [1.0] + [0.0] * 19})
+    assert_close(tr.capability, T([0.9, 0.3, 0.6, 0.05]))
+    assert tr.omega(0, 1).item() == pytest.approx(3.0, rel=1e-6)
+    assert tr.omega(1, 2).item() == pytest.approx(0.5, rel=1e-6)
+    assert tr.omega(0, 3).item() == pytest.approx(10.0)
+    assert tr.omega(3, 2).item() == pytest.approx(0.1)
+    assert tr.omega(2, 2).item() == 1.0
+    # the tracker's ω matches the advantage code's ω for the same P̂
+    assert_close(tr.omega_matrix(), omega_matrix(tr.capability))
+
+
+def test_custom_ratio_clamp():
+    tr = CapabilityTracker(2, ratio_min=0.5, ratio_max=2.0)
+    step(tr, {0: [1.0, 1.0, 1.0, 1.0], 1: [1.0, 0.0, 0.0, 0.0]})  # P̂ = [1, 0.25]: ratio 4 → 2, 0.25 → 0.5
+    assert_close(tr.omega_matrix(), T([[1.0, 2.0], [0.5, 1.0]]))
+
+
+def test_absent_agent_keeps_its_window():
+    tr = CapabilityTracker(2, window=2)
+    step(tr, {0: [1.0], 1: [1.0, 0.0, 0.0, 0.0]})   # agent 1: 0.25
+    step(tr, {0: [0.0], 1: [1.0, 1.0, 0.0, 0.0]})   # agent 1: 0.5 → P̂_1 = 0.375
+    row = step(tr, {0: [1.0, 0.0]})                # agent 1 absent: its window is untouched
+    assert torch.isnan(row[1])
+    assert tr.capability[1].item() == pytest.approx(0.375)
+    assert tr.capability[0].item() == pytest.approx(0.25)  # agent 0: mean of [0.0, 0.5]
+    step(tr, {1: [1.0]})                            # agent 1 back: window [0.5, 1.0] → 0.75
+    assert tr.capability[1].item() == pytest.approx(0.75)
+    assert tr.capability[0].item() == pytest.approx(0.25)  # now agent 0 was absent
+
+
+def test_warmup_forces_omega_one():
+    tr = CapabilityTracker(2, window=5, warmup_steps=2)
+    for i in range(2):
+        step(tr, {0: [1.0, 1.0], 1: [1.0, 0.0]})   # P̂ = [1, 0.5]
+        assert torch.equal(tr.omega_matrix(), torch.ones(2, 2)), f"warm-up step {i + 1}"
+        assert tr.omega(0, 1).item() == 1.0
+    assert_close(tr.capability, T([1.0, 0.5]))       # the window is still filled during warm-up
+    step(tr, {0: [1.0, 1.0], 1: [1.0, 0.0]})         # third step: ω = P̂_k/P̂_j
+    assert_close(tr.omega_matrix(), T([[1.0, 2.0], [0.5, 1.0]]))
+
+
+def test_state_dict_round_trip():
+    tr = CapabilityTracker(3, window=3, warmup_steps=1)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        rewards = torch.randint(0, 2, (12,), generator=gen).float()
+        tr.update(rewards, torch.randint(0, 3, (12,), generator=gen))
+    state = tr.state_dict()
+    other = CapabilityTracker(3, window=3, warmup_steps=1)
+    other.load_state_dict(state)
+    assert torch.equal(other.capability, tr.capability)
+    assert torch.equal(other.omega_matrix(), tr.omega_matrix())
+    # the two continue identically, and the saved state is a copy, not a view
+    r, s = torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 1, 2])
+    tr.update(r, s)
+    other.update(r, s)
+    assert torch.equal(other.capability, tr.capability)
+    assert state["history"].shape[0] == 5
+
+
+@pytest.mark.parametrize("change", [{"window": 4}, {"num_agents": 2}, {"warmup_steps": 0},
+                                    {"ratio_max": 5.0}, {"floor": 1e-6}])
+def test_load_state_dict_with_a_different_config_raises(change):
+    base = {"num_agents": 3, "window": 3, "warmup_steps": 1}
+    tr = CapabilityTracker(**base)
+    tr.update(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]))
+    args = base | change
+    other = CapabilityTracker(args.pop("num_agents"), **args)
+    with pytest.raises(ValueError):
+        other.load_state_dict(tr.state_dict())
+
+
+@pytest.mark.parametrize("kwargs", [{"num_agents": 0}, {"num_agents": 2, "window": 0},
+                                    {"num_agents": 2, "ratio_min": 2.0}, {"num_agents": 2, "ratio_max": 0.5}])
+def test_bad_constructor_arguments_raise(kwargs):
+    with pytest.raises(ValueError):
+        CapabilityTracker(kwargs.pop("num_agents"), **kwargs)
+
+
+def test_update_shape_mismatch_raises():
+    with pytest.raises(ValueError):
+        CapabilityTracker(2).update(torch.tensor([1.0, 0.0]), torch.tensor([0]))
