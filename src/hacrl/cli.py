@@ -10,6 +10,7 @@ Bad input exits with code 2 and one line naming the field and the fix.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.config import Config, ConfigError, load_config, preset_names, preset_text
+from hacrl.errors import InputError
 
 logger = logging.getLogger("hacrl")
 
@@ -67,8 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "eval":
             return cmd_eval(args)
         return cmd_presets(args)
-    except (ConfigError, FileNotFoundError) as exc:
+    except InputError as exc:
         print(f"hacrl: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        print(f"hacrl: error: disk full while writing {exc.filename or 'the run directory'}; free space, then "
+              f"continue with --resume (the last complete checkpoint is intact)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("hacrl: interrupted", file=sys.stderr)
@@ -218,10 +226,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     task = get_task(task_name or "add2")
     problems = task.test_problems(args.n)
     engine = get_engine("hf")
+
+    from hacrl.rewards import RewardScorer
+
+    scorer = RewardScorer(lambda text, sample: task.reward(text, sample["problem"]), timeout_s=None)
+
+    def score(texts: list[str], probs: list) -> Any:
+        return scorer.score(texts, [{"problem": p} for p in probs])
+
     results = []
     for i, (agent_id, path) in enumerate(models):
         agent = load_agent(agent_id, i, path)
-        res = evaluate_agent(agent, problems, task.reward, engine, max_new_tokens=max_new or 64, k=args.k)
+        res = evaluate_agent(agent, problems, score, engine, max_new_tokens=max_new or 64, k=args.k)
         results.append(res.as_dict())
     if args.json:
         print(json.dumps(results, indent=2))

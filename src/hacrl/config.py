@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from hacrl.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A bad config: the message is one line naming the field and the fix."""
 
 
@@ -50,7 +51,8 @@ class AgentSpec(_Section):
 class TaskConfig(_Section):
     name: str = Field("add2", description="built-in task name (see `hacrl presets`)")
     reward: str | None = Field(None, description="reward name or module:function; default: the task's verifier")
-    reward_timeout_s: float | None = Field(None, gt=0, description="per-answer reward time limit; None = inline")
+    reward_timeout_s: float | None = Field(
+        10.0, gt=0, description="per-answer time limit of a `reward` spec (worker processes); null: score inline")
 
 
 class RolloutConfig(_Section):

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from hacrl.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -91,14 +93,15 @@ class Agent:
         self.tokenizer = tokenizer
         self.source = source
         if tokenizer.eos_token_id is None:
-            raise ValueError(f"agents[{agent_id}]: tokenizer has no EOS token; set one in the tokenizer config")
+            raise InputError(f"agents.{agent_id}.model: the tokenizer has no EOS token; set eos_token in its "
+                             f"tokenizer_config.json")
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         if template not in ("auto", "chat", "plain"):
-            raise ValueError(f"agents[{agent_id}].template must be auto, chat or plain, got {template!r}")
+            raise InputError(f"agents.{agent_id}.template must be auto, chat or plain, got {template!r}")
         has_chat = bool(getattr(tokenizer, "chat_template", None))
         if template == "chat" and not has_chat:
-            raise ValueError(f"agents[{agent_id}].template=chat but the tokenizer has no chat template; use plain")
+            raise InputError(f"agents.{agent_id}.template=chat but the tokenizer has no chat template; use plain")
         self.use_chat = has_chat if template == "auto" else template == "chat"
         self.system_prompt = system_prompt
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -208,12 +211,20 @@ def load_agent(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(model_path)
-    if not path.exists():
-        raise FileNotFoundError(f"agents[{agent_id}].model: {path} does not exist; give a model directory")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not path.is_dir():
+        raise InputError(f"agents.{agent_id}.model: {path} is not a directory; give a Hugging Face model directory")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"agents.{agent_id}.model: no usable tokenizer in {path} ({_first_line(exc)})") from None
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
-    except ValueError as exc:
-        raise ValueError(f"agents[{agent_id}].model: {path} is not a causal LM ({str(exc).splitlines()[0]})") from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"agents.{agent_id}.model: {path} is not a causal LM checkpoint ({_first_line(exc)})") from None
     model.to(device)
     return Agent(agent_id, index, model, tokenizer, source=str(path), **kwargs)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__

@@ -36,10 +36,10 @@ class JsonlSink:
 
 
 class TensorBoardSink:
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # needs the `tensorboard` package
 
-        self._w = SummaryWriter(log_dir=str(log_dir))
+        self._w = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for k, v in metrics.items():
@@ -59,9 +59,9 @@ class NullSink:
         pass
 
 
-def tensorboard_sink(log_dir: Path) -> MetricsSink:
+def tensorboard_sink(log_dir: Path, purge_step: int | None = None) -> MetricsSink:
     try:
-        return TensorBoardSink(log_dir)
+        return TensorBoardSink(log_dir, purge_step)
     except ImportError:
         logger.warning("tensorboard is not installed; TensorBoard logging is off (pip install 'hacrl[report]')")
         return NullSink()

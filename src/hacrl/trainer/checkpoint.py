@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hacrl.failpoints import failpoint
+
 MANIFEST = "manifest.json"
 STATE = "trainer_state.pt"
 
@@ -45,6 +47,8 @@ def save_checkpoint(
 ) -> Path:
     """Write ``step-<step>`` atomically and prune older checkpoints beyond ``keep_last``."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
+    for stale in list(ckpt_root.glob(".tmp-step-*")) + list(ckpt_root.glob(".old-step-*")):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a run killed mid-write
     final = ckpt_root / f"step-{step:06d}"
     tmp = ckpt_root / f".tmp-step-{step:06d}-{os.getpid()}"
     if tmp.exists():
@@ -55,6 +59,7 @@ def save_checkpoint(
     torch.save(state, tmp / STATE)
     (tmp / MANIFEST).write_text(json.dumps({**manifest, "step": step}, indent=2))
     _fsync_tree(tmp)
+    failpoint("checkpoint", step)
     if final.exists():  # re-saving the same step (e.g. after a resume): swap, then delete the old one
         old = ckpt_root / f".old-step-{step:06d}-{os.getpid()}"
         os.rename(final, old)

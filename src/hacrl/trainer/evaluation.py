@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hacrl.agents.agent import Agent
 from hacrl.rollout.base import RolloutEngine, SamplingParams
@@ -27,7 +28,7 @@ class EvalResult:
 def evaluate_agent(
     agent: Agent,
     problems: Sequence[Problem],
-    reward: Callable[[str, Problem], float | None],
+    score: Callable[[list[str], list[Problem]], Any],
     engine: RolloutEngine,
     *,
     max_new_tokens: int,
@@ -36,27 +37,31 @@ def evaluate_agent(
     top_p: float = 1.0,
     batch_size: int = 256,
 ) -> EvalResult:
-    """Greedy avg@1, and if ``k > 0`` sampled avg@k and pass@k. Unscorable answers count as wrong."""
+    """Greedy avg@1, and if ``k > 0`` sampled avg@k and pass@k. Unscorable answers count as wrong.
+
+    ``score(texts, problems)`` returns an object with ``.rewards`` (e.g. ``RewardScorer.score``'s result).
+    """
     prompts = [agent.render_prompt(p.prompt) for p in problems]
     unscorable = 0
 
-    def score(params: SamplingParams) -> list[list[float]]:
+    def run(params: SamplingParams) -> list[list[float]]:
         nonlocal unscorable
         per_problem: list[list[float]] = [[] for _ in problems]
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
-            for s in engine.generate(agent, chunk, params):
-                i = start + s.prompt_index
-                r = reward(agent.decode_answer(list(s.token_ids)), problems[i])
+            samples = engine.generate(agent, chunk, params)
+            texts = [agent.decode_answer(list(s.token_ids)) for s in samples]
+            rewards = score(texts, [problems[start + s.prompt_index] for s in samples]).rewards
+            for s, r in zip(samples, rewards, strict=True):
                 unscorable += r is None
-                per_problem[i].append(float(r or 0.0))
+                per_problem[start + s.prompt_index].append(float(r or 0.0))
         return per_problem
 
-    greedy = score(SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True))
+    greedy = run(SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True))
     greedy_acc = sum(r[0] for r in greedy) / max(len(problems), 1)
     if k <= 0:
         return EvalResult(agent.id, len(problems), greedy_acc, unscorable=unscorable)
-    sampled = score(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens))
+    sampled = run(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens))
     avg = sum(sum(r) / k for r in sampled) / max(len(problems), 1)
     pas = sum(max(r) >= 1.0 for r in sampled) / max(len(problems), 1)
     return EvalResult(agent.id, len(problems), greedy_acc, avg, pas, k, unscorable)

@@ -26,7 +26,9 @@ import torch
 from hacrl.agents.agent import Agent, load_agent, token_logprobs
 from hacrl.config import Config, ConfigError, derive, dump_config
 from hacrl.core import CapabilityTracker
+from hacrl.failpoints import failpoint
 from hacrl.pool import TrajectoryPool
+from hacrl.rewards import RewardScorer, ScoreResult
 from hacrl.report.sinks import JsonlSink, MultiSink, NullSink, tensorboard_sink
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.rollout.base import Sample
@@ -74,9 +76,15 @@ class Trainer:
                               rollout_multiplier=self.algo.rollout_multiplier, needs_groups=True)
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
-        self.task = get_task(cfg.task.name)
-        self.reward_fn = self._make_reward()
-        self.engine = get_engine(cfg.rollout.engine)
+        try:
+            self.task = get_task(cfg.task.name)
+        except KeyError as exc:
+            raise ConfigError(f"task.name: {exc.args[0]}") from None
+        self.scorer = self._make_scorer()
+        try:
+            self.engine = get_engine(cfg.rollout.engine)
+        except KeyError as exc:
+            raise ConfigError(f"rollout.engine: {exc.args[0]}") from None
         self.step_idx = 0
         self.data_pos = 0
         manifest = ckpt.read_manifest(resume_from) if resume_from else None
@@ -87,19 +95,31 @@ class Trainer:
         self.tracker = CapabilityTracker(len(self.agents), window=cfg.algorithm.capability_window)
         if resume_from:
             self._restore(resume_from)
+            self._truncate_logs(self.step_idx)
         self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
         self.sink = self._make_sinks() if sinks else NullSink()
         self._stop_requested = False
 
     # ---- set-up ---------------------------------------------------------------------------------
-    def _make_reward(self) -> Callable[[str, Problem], float | None]:
-        if self.cfg.task.reward is None:
-            return self.task.reward
-        from hacrl.rewards import get_reward
+    def _make_scorer(self) -> RewardScorer:
+        """The task's own verifier scores inline; a reward spec runs in worker processes with a time limit."""
+        spec = self.cfg.task.reward
+        if spec is None:
+            task = self.task
+            return RewardScorer(lambda text, sample: task.reward(text, sample["problem"]), timeout_s=None)
+        try:
+            return RewardScorer(spec, timeout_s=self.cfg.task.reward_timeout_s)
+        except ValueError as exc:
+            raise ConfigError(f"task.reward: {exc}") from None
 
-        fn = get_reward(self.cfg.task.reward)
-        return lambda text, p: fn(text, {"answer": p.answer, "prompt": p.prompt, **p.meta})
+    def score(self, texts: list[str], problems: list[Problem]) -> ScoreResult:
+        """Score answer texts against their problems (unscorable → None, counted in the result)."""
+        if self.cfg.task.reward is None:
+            samples = [{"problem": p} for p in problems]
+        else:
+            samples = [{**p.meta, "answer": p.answer, "prompt": p.prompt, "problem_id": p.id} for p in problems]
+        return self.scorer.score(texts, samples)
 
     @staticmethod
     def _seed_everything(seed: int) -> None:
@@ -146,10 +166,28 @@ class Trainer:
         self.tracker.load_state_dict(state["tracker"])
         ckpt.set_rng_state(state["rng"])
 
+    def _truncate_logs(self, step: int) -> None:
+        """Drop log lines written after the checkpoint we resume from (a killed run may have gone further)."""
+        for name in ("metrics.jsonl", "eval.jsonl"):
+            path = self.run_dir / name
+            if not path.is_file():
+                continue
+            keep = []
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    if json.loads(line)["step"] <= step:
+                        keep.append(line)
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a line cut short by the kill
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+            tmp.replace(path)
+
     def _make_sinks(self) -> MultiSink:
         sinks: list[Any] = [JsonlSink(self.run_dir / "metrics.jsonl")]
         if self.cfg.run.tensorboard:
-            sinks.append(tensorboard_sink(self.run_dir / "tensorboard"))
+            # purge_step drops TensorBoard events a killed run wrote after the checkpoint
+            sinks.append(tensorboard_sink(self.run_dir / "tensorboard", purge_step=self.step_idx + 1))
         return MultiSink(sinks)
 
     # ---- phases ---------------------------------------------------------------------------------
@@ -164,8 +202,11 @@ class Trainer:
         r = self.cfg.rollout
         params = SamplingParams(n=self.derived.group_size, temperature=r.temperature, top_p=r.top_p,
                                 max_new_tokens=r.max_new_tokens)
-        return {a.index: self.engine.generate(a, [a.render_prompt(p.prompt) for p in problems], params)
-                for a in self.agents}
+        out = {}
+        for a in self.agents:
+            out[a.index] = self.engine.generate(a, [a.render_prompt(p.prompt) for p in problems], params)
+            failpoint("rollout", self.step_idx + 1)
+        return out
 
     def _needs_recompute(self) -> bool:
         r = self.cfg.rollout
@@ -189,24 +230,25 @@ class Trainer:
         return out
 
     def _score(self, problems: list[Problem], samples: dict[int, list[Sample]]) -> tuple[TrajectoryPool, dict]:
-        trajectories, stats = [], {}
+        flat = [(agent, s, agent.decode_answer(list(s.token_ids))) for agent in self.agents
+                for s in samples[agent.index]]
+        result = self.score([text for _, _, text in flat], [problems[s.prompt_index] for _, s, _ in flat])
+        stats: dict[str, float] = {f"reward/{kind}": n for kind, n in result.counts().items()}
+        for kind, message in result.first_message.items():
+            logger.warning("step %d: %d answer(s) %s: %s", self.step_idx + 1, stats[f"reward/{kind}"],
+                           "timed out" if kind == "timeout" else f"unscorable ({kind})", message)
+        if flat and result.ok == 0:
+            raise RuntimeError(f"no answer of step {self.step_idx + 1} could be scored; first problems: "
+                               f"{result.first_message}")
+        trajectories = []
+        for (agent, s, text), reward in zip(flat, result.rewards, strict=True):
+            trajectories.append(Trajectory(
+                group=s.prompt_index, problem_id=problems[s.prompt_index].id, source=agent.index, text=text,
+                finished=s.finished, reward=reward, logp_sum=float(sum(s.logps)), num_tokens=len(s.token_ids),
+                token_ids=s.token_ids, token_logps=s.logps))
         for agent in self.agents:
-            failures = 0
-            for s in samples[agent.index]:
-                text = agent.decode_answer(list(s.token_ids))
-                problem = problems[s.prompt_index]
-                try:
-                    reward = self.reward_fn(text, problem)
-                    reward = None if reward is None or not np.isfinite(reward) else float(reward)
-                except Exception as exc:  # a broken reward scores the answer as unscorable
-                    logger.debug("reward raised on %r: %s", text[:40], exc)
-                    reward = None
-                failures += reward is None
-                trajectories.append(Trajectory(
-                    group=s.prompt_index, problem_id=problem.id, source=agent.index, text=text,
-                    finished=s.finished, reward=reward, logp_sum=float(sum(s.logps)), num_tokens=len(s.token_ids),
-                    token_ids=s.token_ids, token_logps=s.logps))
-            stats[f"agent/{agent.id}/unscorable"] = failures
+            stats[f"agent/{agent.id}/unscorable"] = sum(
+                t.reward is None for t in trajectories if t.source == agent.index)
         return TrajectoryPool(problems, trajectories), stats
 
     def _loss_settings(self, agent: Agent) -> LossSettings:
@@ -240,6 +282,7 @@ class Trainer:
                 loss_metrics = update_learner(agent, mbs, self.algo, self._loss_settings(agent),
                                               micro_batch_size=self.cfg.trainer.micro_batch_size,
                                               grad_clip=self.cfg.agents[agent.index].grad_clip)
+            failpoint("update", self.step_idx + 1)
             metrics.update({f"agent/{agent.id}/{k}": v for k, v in loss_metrics.items()})
             metrics[f"agent/{agent.id}/optimizer_steps"] = len(mbs)
             metrics[f"agent/{agent.id}/truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
@@ -284,7 +327,7 @@ class Trainer:
         out: dict[str, float] = {}
         with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as f:
             for agent in self.agents:
-                res = evaluate_agent(agent, self.eval_problems, self.reward_fn, self.engine,
+                res = evaluate_agent(agent, self.eval_problems, self.score, self.engine,
                                      max_new_tokens=self.cfg.rollout.max_new_tokens)
                 f.write(json.dumps({"step": self.step_idx, "task": self.cfg.task.name, **res.as_dict()}) + "\n")
                 out[f"eval/{agent.id}/greedy_acc"] = res.greedy_acc
@@ -308,12 +351,12 @@ class Trainer:
         """Run until ``trainer.steps``; returns the evaluations before and after."""
         t = self.cfg.trainer
         (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
-        if self.step_idx == 0:
-            self.sink.log(0, self.evaluate())
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)} \
             if _on_main_thread() else {}
         last_eval: dict[str, float] | None = None
         try:
+            if self.step_idx == 0:
+                self.sink.log(0, self.evaluate())
             while self.step_idx < t.steps and not self._stop_requested:
                 metrics = self.step()
                 final = self.step_idx >= t.steps
@@ -331,6 +374,7 @@ class Trainer:
             for s, h in handlers.items():
                 signal.signal(s, h)
             self.sink.close()
+            self.scorer.close()
         return {"first": self.eval_record(0), "last": last_eval, "checkpoint": path, "stopped": self._stop_requested}
 
     def eval_record(self, step: int) -> dict[str, float] | None:

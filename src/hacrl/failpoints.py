@@ -1,0 +1,18 @@
+"""Crash injection for fault-tolerance tests: ``HACRL_FAILPOINT=<name>@<step>`` makes the process kill
+itself with SIGKILL when it reaches the named point during that step (no cleanup, like ``kill -9``).
+
+Points: ``rollout`` (after the first agent's rollout), ``update`` (after the first learner's update),
+``checkpoint`` (agents written, checkpoint not yet renamed into place). Unset, a failpoint costs one
+dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def failpoint(name: str, step: int) -> None:
+    target = os.environ.get("HACRL_FAILPOINT")
+    if target and target == f"{name}@{step}":
+        os.kill(os.getpid(), signal.SIGKILL)

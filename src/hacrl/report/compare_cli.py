@@ -1,0 +1,69 @@
+"""``hacrl compare``: argument parsing and printing for :mod:`hacrl.report.compare` (wiring only).
+
+    hacrl compare [--preset NAME | --config FILE] [--algos hacpo,gspo,gspo2x] [--seeds 3]
+                  [--set key=value ...] [--output DIR] [-q]
+
+Wired into ``hacrl.cli`` with ``add_compare_parser(sub)`` and a dispatch on ``args.command == "compare"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from hacrl.config import ConfigError
+
+DEFAULT_ALGOS = "hacpo,gspo,gspo2x"
+DEFAULT_SEEDS = "3"
+
+
+def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    c = subparsers.add_parser(
+        "compare", help="train several algorithms × seeds on one config and write a comparison report",
+        description="Train every algorithm × seed (finished runs are reused, interrupted ones resumed), then "
+                    "write DIR/report.md, DIR/summary.json and DIR/plots/*.png.")
+    c.add_argument("--preset", help="a named preset (see `hacrl presets`); default tiny-model")
+    c.add_argument("--config", help="a YAML config file")
+    c.add_argument("--algos", default=DEFAULT_ALGOS,
+                   help=f"comma-separated algorithms (hacpo, gspo, gspo2x, naive, grpo, hacpo-*); default {DEFAULT_ALGOS}")
+    c.add_argument("--seeds", default=DEFAULT_SEEDS,
+                   help="number of seeds N (run.seed = 0..N-1) or a list such as 0,3,7; default 3")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value for every run, e.g. trainer.steps=20 (repeatable)")
+    c.add_argument("--output", help="comparison directory (default: runs/compare-<preset or config name>)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no per-step lines, only one line per run")
+    return c
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
+
+    if args.preset and args.config:
+        raise ConfigError("give --preset or --config, not both")
+    algos = parse_algos(args.algos)
+    seeds = parse_seeds(args.seeds)
+    name = args.preset or (Path(args.config).stem if args.config else "tiny-model")
+    output = Path(args.output) if args.output else Path("runs") / f"compare-{name}"
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover
+        pass
+    command = shlex.join(["hacrl", "compare", *sys.argv[2:]]) if sys.argv[1:2] == ["compare"] else None
+    source = Path(args.config) if args.config else (args.preset or "tiny-model")
+    print(f"hacrl: comparing {', '.join(algos)} over {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
+          f"in {output}", flush=True)
+    try:
+        report = run_comparison(source, algos, seeds, args.overrides, output,
+                                log=lambda line: print(line, flush=True), log_steps=not args.quiet,
+                                command=command)
+    except KeyboardInterrupt:
+        print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
+              file=sys.stderr)
+        return 130
+    print(f"hacrl: report in {report}")
+    return 0

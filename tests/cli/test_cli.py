@@ -1,0 +1,95 @@
+"""The `hacrl` command as a user meets it: a smoke run, and bad input that must exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def hacrl(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "hacrl.cli", *args], capture_output=True, text=True, env=ENV,
+                          cwd=cwd, timeout=300)
+
+
+def test_train_smoke_writes_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    res = hacrl("train", "--preset", "tiny-test", "--set", "trainer.steps=2", "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "before" in res.stdout and "after" in res.stdout
+    for name in ("config.yaml", "metrics.jsonl", "eval.jsonl", "samples/step-000001.jsonl",
+                 "checkpoints/step-000002/manifest.json", "checkpoints/step-000002/trainer_state.pt"):
+        assert (out / name).is_file(), name
+    assert any((out / "tensorboard").iterdir())
+    for agent in ("qwen-char", "llama-bpe"):
+        assert (out / "checkpoints/step-000002/agents" / agent / "model.safetensors").is_file()
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]
+    # eval of the trained run's checkpoint works from the run directory
+    res = hacrl("eval", "--run", str(out), "--n", "20", "--json")
+    assert res.returncode == 0, res.stderr
+    assert [r["agent"] for r in json.loads(res.stdout)] == ["qwen-char", "llama-bpe"]
+
+
+def test_presets_lists_the_embedded_presets():
+    res = hacrl("presets")
+    assert res.returncode == 0
+    for name in ("tiny-model", "tiny-state", "tiny-size", "tiny-3agents", "tiny-test"):
+        assert name in res.stdout
+
+
+BAD = [
+    (["--set", "trainer.stepz=3"], "unknown key 'trainer.stepz'"),
+    (["--set", "trainer.steps=many"], "trainer.steps"),
+    (["--set", "trainer.steps=-1"], "trainer.steps"),
+    (["--set", "nonsense"], "expected key=value"),
+    (["--set", "algorithm.name=gspo", "--set", "rollout.rollouts_per_prompt=1"], "rollout.rollouts_per_prompt"),
+    (["--set", "algorithm.delta=1.5"], "algorithm.delta"),
+    (["--set", "algorithm.clip_low=1.5"], "algorithm.clip_low"),
+    (["--set", "algorithm.name=ppo"], "unknown algorithm 'ppo'"),
+    (["--set", "task.name=chess"], "unknown task 'chess'"),
+    (["--set", "agents.llama-bpe.id=qwen-char"], "duplicate id 'qwen-char'"),
+    (["--set", "agents.nobody.lr=1"], "no agent with id 'nobody'"),
+    (["--set", "trainer.minibatch_size=7"], "trainer.minibatch_size=7"),
+    (["--set", "agents.qwen-char.model=/nonexistent/model"], "agents.qwen-char.model"),
+    (["--preset", "no-such-preset"], "unknown"),
+    (["--config", "missing.yaml"], "no such file"),
+]
+
+
+@pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, expected):
+    out = tmp_path / "run"
+    if "--preset" not in args and "--config" not in args:
+        args = ["--preset", "tiny-test", *args]
+    res = hacrl("train", *args, "--output", str(out), cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hacrl: error:"), res.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_existing_run_directory_is_refused_unless_resume_or_overwrite(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("{}\n")
+    res = hacrl("train", "--preset", "tiny-test", "--output", str(out))
+    assert res.returncode == 2
+    assert "--resume" in res.stderr and "--overwrite" in res.stderr
+    assert (out / "metrics.jsonl").read_text() == "{}\n"
+    res = hacrl("train", "--preset", "tiny-test", "--output", str(out), "--resume")
+    assert res.returncode == 2 and "no complete checkpoint" in res.stderr
+
+
+def test_invalid_yaml_config(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agents: [\n")
+    res = hacrl("train", "--config", str(bad), "--output", str(tmp_path / "run"))
+    assert res.returncode == 2 and "not valid YAML" in res.stderr

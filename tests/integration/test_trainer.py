@@ -1,0 +1,138 @@
+"""Tiny heterogeneous agents (different architectures and tokenizers) trained end to end on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from hacrl.agents.agent import token_logprobs
+from hacrl.config import load_config
+from hacrl.rollout import SamplingParams, get_engine
+from hacrl.trainer.trainer import Trainer
+
+THREE = [
+    "agents=[{id: small, model: 'builtin:qwen2-char-small', lr: 3.0e-4}, "
+    "{id: qwen-char, model: 'builtin:qwen2-char', lr: 3.0e-4}, {id: llama-bpe, model: 'builtin:llama-bpe', lr: 3.0e-4}]"
+]
+
+
+def make_trainer(tmp_path, *overrides, name="run", resume_from=None):
+    cfg = load_config("tiny-test", overrides=list(overrides))
+    run_dir = tmp_path / name
+    run_dir.mkdir(exist_ok=True)
+    return Trainer(cfg, run_dir, resume_from=resume_from)
+
+
+def snapshot(agent):
+    return {k: v.detach().clone() for k, v in agent.model.state_dict().items()}
+
+
+def changed(before, agent):
+    return any(not torch.equal(before[k], v) for k, v in agent.model.state_dict().items())
+
+
+@pytest.mark.parametrize("agents", [[], THREE], ids=["2-agents", "3-agents"])
+def test_hacpo_steps_update_every_agent(tmp_path, agents):
+    trainer = make_trainer(tmp_path, "trainer.steps=2", *agents)
+    n, g, b = len(trainer.agents), trainer.cfg.rollout.rollouts_per_prompt, trainer.cfg.trainer.batch_size
+    assert len({type(a.model).__name__ for a in trainer.agents}) == 2  # Qwen2 and Llama
+    assert len({len(a.tokenizer) for a in trainer.agents}) == 2  # char and BPE vocabularies
+    before = [snapshot(a) for a in trainer.agents]
+    for _ in range(2):
+        metrics = trainer.step()
+        assert metrics["pool/size"] == n * g * b
+        for a in trainer.agents:
+            for key in ("pg_loss", "grad_norm", "reward", "capability"):
+                assert math.isfinite(metrics[f"agent/{a.id}/{key}"]), key
+            # each learner trained on its own G and the others' (N-1)·G answers of every prompt
+            assert metrics[f"agent/{a.id}/count/own"] == g * b
+            assert metrics[f"agent/{a.id}/count/cross"] == (n - 1) * g * b
+    for a, snap in zip(trainer.agents, before):
+        assert changed(snap, a), f"{a.id} did not change"
+
+
+def test_pool_groups_hold_every_agents_answers_and_text_survives_retokenization(tmp_path):
+    trainer = make_trainer(tmp_path, *THREE)
+    problems = trainer._next_problems()
+    pool, _ = trainer._score(problems, trainer._rollout(problems))
+    g = trainer.cfg.rollout.rollouts_per_prompt
+    groups = pool.by_group()
+    assert sorted(groups) == list(range(len(problems)))
+    for trajectories in groups.values():
+        assert len(trajectories) == len(trainer.agents) * g
+        assert sorted({t.source for t in trajectories}) == [0, 1, 2]
+    for t in pool.trajectories:
+        for learner in trainer.agents:
+            if learner.index == t.source:
+                continue
+            ids, truncated = learner.encode_answer(t.text, t.finished)
+            assert not truncated
+            assert learner.decode_answer(ids) == t.text
+            assert (ids[-1] == learner.eos_id) == t.finished
+
+
+def test_sampling_logprobs_equal_training_logprobs(tmp_path):
+    trainer = make_trainer(tmp_path)
+    engine = get_engine("hf")
+    for agent in trainer.agents:
+        prompts = [agent.render_prompt(p.prompt) for p in trainer.task.test_problems(6)]
+        samples = engine.generate(agent, prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=5))
+        batch = agent.batch([prompts[s.prompt_index] for s in samples], [list(s.token_ids) for s in samples])
+        with torch.no_grad():
+            logp_BT = token_logprobs(agent.model, batch)
+        for i, s in enumerate(samples):
+            got = logp_BT[i][batch.answer_mask_BT[i]]
+            torch.testing.assert_close(got, torch.tensor(s.logps), atol=1e-5, rtol=0)
+
+
+def _metric_lines(run_dir):
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in rec.items() if not k.startswith("timing/")} for rec in lines]
+
+
+def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path):
+    straight = make_trainer(tmp_path, "trainer.steps=4", "trainer.eval_size=20", name="straight")
+    straight.train()
+    first = make_trainer(tmp_path, "trainer.steps=2", "trainer.eval_size=20", name="resumed")
+    first.train()
+    ckpt = first.run_dir / "checkpoints" / "step-000002"
+    # the first part ended (and evaluated) at step 2; the resumed part runs steps 3 and 4
+    second = make_trainer(tmp_path, "trainer.steps=4", "trainer.eval_size=20", name="resumed", resume_from=ckpt)
+    assert second.step_idx == 2
+    second.train()
+    a, b = _metric_lines(straight.run_dir), _metric_lines(second.run_dir)
+    strip = lambda rec: {k: v for k, v in rec.items() if not k.startswith("eval/")}  # noqa: E731
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
+    assert [strip(r) for r in a] == [strip(r) for r in b]
+    assert a[-1] == b[-1]  # the final step, evaluation included, is identical
+
+
+def test_one_agent_hacpo_equals_gspo(tmp_path):
+    one = ["agents=[{id: solo, model: 'builtin:qwen2-char', lr: 3.0e-4}]"]
+    results = {}
+    for algo in ("hacpo", "gspo"):
+        trainer = make_trainer(tmp_path, *one, f"algorithm.name={algo}", name=algo)
+        trainer.step()
+        results[algo] = snapshot(trainer.agents[0])
+    for k, v in results["hacpo"].items():
+        torch.testing.assert_close(v, results["gspo"][k], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algo", ["gspo", "gspo2x", "naive", "grpo", "hacpo-noclip"])
+def test_baselines_run(tmp_path, algo):
+    trainer = make_trainer(tmp_path, f"algorithm.name={algo}")
+    metrics = trainer.step()
+    g = trainer.cfg.rollout.rollouts_per_prompt * (2 if algo == "gspo2x" else 1)
+    b = trainer.cfg.trainer.batch_size
+    for a in trainer.agents:
+        assert math.isfinite(metrics[f"agent/{a.id}/pg_loss"])
+        own = metrics[f"agent/{a.id}/count/own"]
+        cross = metrics.get(f"agent/{a.id}/count/cross", 0)
+        if algo == "naive":  # the joint pool, all treated as own by plain GSPO
+            assert own == 2 * g * b
+        else:
+            assert own == g * b
+            assert cross == (g * b if algo.startswith("hacpo") else 0)
