@@ -153,7 +153,7 @@ def _print_agents(trainer: Any) -> None:
 def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
     first, last = result.get("first"), result.get("last")
     print(f"hacrl: finished {trainer.step_idx} steps of {trainer.cfg.algorithm.name}; "
-          f"held-out greedy accuracy on {len(trainer.eval_problems)} {trainer.cfg.task.name} problems:")
+          f"held-out greedy accuracy on {len(trainer.eval_problems)} {trainer.task.name} problems:")
     for a in trainer.agents:
         key = f"eval/{a.id}/greedy_acc"
         before = f"{first[key]:.3f}" if first else "  -  "

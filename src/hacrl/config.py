@@ -49,7 +49,20 @@ class AgentSpec(_Section):
 
 
 class TaskConfig(_Section):
-    name: str = Field("add2", description="built-in task name (see `hacrl presets`)")
+    kind: Literal["builtin", "dataset", "reasoning-gym"] = Field(
+        "builtin", description="builtin procedural task, local dataset files, or a reasoning-gym generator")
+    name: str = Field("add2", description="builtin task or reasoning-gym dataset name (see `hacrl presets`)")
+    train_path: str | None = Field(None, description="dataset: jsonl/json/parquet file or saved HF dataset dir")
+    test_path: str | None = Field(None, description="dataset: held-out file (default: a fraction of train)")
+    test_benchmark: str | None = Field(None, description="dataset: read test_path with this benchmark's reader")
+    question_field: str = Field("question", description="dataset: field of the question (dotted paths work)")
+    answer_field: str = Field("answer", description="dataset: field of the ground-truth answer")
+    prompt_template: str | None = Field(None, description="must contain {question}; default: the paper's")
+    max_prompt_chars: int | None = Field(None, gt=0, description="longer prompts are skipped and counted")
+    test_fraction: float = Field(0.05, gt=0, lt=1, description="dataset without test_path: held-out share")
+    size: int = Field(10_000, ge=1, description="reasoning-gym: training items")
+    test_size: int = Field(500, ge=1, description="reasoning-gym: held-out items")
+    options: dict[str, Any] = Field(default_factory=dict, description="reasoning-gym: dataset options")
     reward: str | None = Field(None, description="reward name or module:function; default: the task's verifier")
     reward_timeout_s: float | None = Field(
         10.0, gt=0, description="per-answer time limit of a `reward` spec (worker processes); null: score inline")

@@ -26,6 +26,7 @@ import torch
 from hacrl.agents.agent import Agent, load_agent, token_logprobs
 from hacrl.config import Config, ConfigError, derive, dump_config
 from hacrl.core import CapabilityTracker
+from hacrl.data.factory import build_task
 from hacrl.failpoints import failpoint
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import RewardScorer, ScoreResult
@@ -64,8 +65,6 @@ class Trainer:
 
     def __init__(self, cfg: Config, run_dir: Path, *, resume_from: Path | None = None,
                  sinks: bool = True) -> None:
-        from hacrl.data.tasks import get_task
-
         self.cfg = cfg
         self.run_dir = run_dir
         try:
@@ -76,10 +75,9 @@ class Trainer:
                               rollout_multiplier=self.algo.rollout_multiplier, needs_groups=True)
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
-        try:
-            self.task = get_task(cfg.task.name)
-        except KeyError as exc:
-            raise ConfigError(f"task.name: {exc.args[0]}") from None
+        self.task = build_task(cfg.task, seed=cfg.run.seed, max_new_tokens=cfg.rollout.max_new_tokens)
+        for reason, count in sorted(getattr(self.task, "skipped", {}).items()):
+            logger.warning("task %s: skipped %d rows (%s)", cfg.task.name, count, reason)
         self.scorer = self._make_scorer()
         try:
             self.engine = get_engine(cfg.rollout.engine)
@@ -104,7 +102,7 @@ class Trainer:
     # ---- set-up ---------------------------------------------------------------------------------
     def _make_scorer(self) -> RewardScorer:
         """The task's own verifier scores inline; a reward spec runs in worker processes with a time limit."""
-        spec = self.cfg.task.reward
+        spec = self.cfg.task.reward or getattr(self.task, "reward_spec", None)
         if spec is None:
             task = self.task
             return RewardScorer(lambda text, sample: task.reward(text, sample["problem"]), timeout_s=None)
@@ -115,7 +113,7 @@ class Trainer:
 
     def score(self, texts: list[str], problems: list[Problem]) -> ScoreResult:
         """Score answer texts against their problems (unscorable → None, counted in the result)."""
-        if self.cfg.task.reward is None:
+        if self.scorer.timeout_s is None and self.scorer.spec is None:  # the task's own verifier, inline
             samples = [{"problem": p} for p in problems]
         else:
             samples = [{**p.meta, "answer": p.answer, "prompt": p.prompt, "problem_id": p.id} for p in problems]

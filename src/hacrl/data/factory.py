@@ -1,0 +1,38 @@
+"""Build the task a config's ``task`` section describes: builtin, local dataset files, or reasoning-gym."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hacrl.errors import InputError
+
+
+def build_task(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
+    """A Task (see ``hacrl.data.tasks.Task``) for ``task_cfg`` (a ``hacrl.config.TaskConfig``)."""
+    kind = task_cfg.kind
+    if kind == "builtin":
+        from hacrl.data.tasks import get_task
+
+        try:
+            return get_task(task_cfg.name)
+        except KeyError as exc:
+            raise InputError(f"task.name: {exc.args[0]}") from None
+    if kind == "dataset":
+        from hacrl.data.datasets import make_dataset_task
+
+        if not task_cfg.train_path:
+            raise InputError("task.train_path is required with task.kind=dataset; give a jsonl/json/parquet file")
+        return make_dataset_task(
+            train_path=task_cfg.train_path, test_path=task_cfg.test_path, test_benchmark=task_cfg.test_benchmark,
+            name=task_cfg.name, question_field=task_cfg.question_field, answer_field=task_cfg.answer_field,
+            prompt_template=task_cfg.prompt_template, reward=task_cfg.reward or "math",
+            max_new_tokens=max_new_tokens, test_fraction=task_cfg.test_fraction, split_seed=seed,
+            max_prompt_chars=task_cfg.max_prompt_chars)
+    from hacrl.data.datasets import reasoning_gym_task
+
+    kwargs: dict[str, Any] = {"seed": seed, "size": task_cfg.size, "test_size": task_cfg.test_size,
+                              "reward": task_cfg.reward, "max_new_tokens": max_new_tokens,
+                              "config": task_cfg.options or None}
+    if task_cfg.prompt_template is not None:
+        kwargs["prompt_template"] = task_cfg.prompt_template
+    return reasoning_gym_task(task_cfg.name, **kwargs)
