@@ -21,6 +21,7 @@ from typing import Any
 
 from hacrl.config import Config, ConfigError, load_config, preset_names, preset_text
 from hacrl.errors import InputError
+from hacrl.report.compare_cli import add_compare_parser, cmd_compare
 
 logger = logging.getLogger("hacrl")
 
@@ -49,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--max-new-tokens", type=int, default=None)
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    add_compare_parser(sub)
+
     pr = sub.add_parser("presets", help="list the named presets")
     pr.add_argument("--show", metavar="NAME", help="print a preset's YAML")
     pr.add_argument("--fields", action="store_true", help="list every config field with its help text")
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
     try:
+        if args.command == "compare":
+            return cmd_compare(args)
         if args.command == "train":
             return cmd_train(args)
         if args.command == "eval":

@@ -136,3 +136,18 @@ def test_baselines_run(tmp_path, algo):
         else:
             assert own == g * b
             assert cross == (g * b if algo.startswith("hacpo") else 0)
+
+
+def test_resume_with_a_changed_training_setting_is_refused(tmp_path):
+    from hacrl.config import ConfigError
+
+    first = make_trainer(tmp_path, "trainer.steps=1", "trainer.eval_size=5", name="run")
+    first.train()
+    ckpt = first.run_dir / "checkpoints" / "step-000001"
+    with pytest.raises(ConfigError, match="agents.qwen-char.lr"):
+        make_trainer(tmp_path, "trainer.steps=2", "agents.qwen-char.lr=1.0e-3", name="run", resume_from=ckpt)
+    with pytest.raises(ConfigError, match="agents"):
+        make_trainer(tmp_path, "trainer.steps=2", "agents.llama-bpe.model=builtin:qwen2-char-small",
+                     name="run", resume_from=ckpt)
+    # the number of steps may change
+    assert make_trainer(tmp_path, "trainer.steps=3", "trainer.eval_size=5", name="run", resume_from=ckpt).step_idx == 1

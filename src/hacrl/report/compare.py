@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from hacrl.config import Config, ConfigError, derive, dump_config, load_config, preset_names
+from hacrl.config import Config, ConfigError, derive, load_config
 from hacrl.trainer.algorithms import ALGORITHMS
 
 BASELINES = ("gspo", "gspo2x")  # the report's Δ columns, for those present in the comparison
@@ -38,9 +38,9 @@ RUN_RECORD = "compare.json"
 # Config keys that do not change a run's trajectory: a finished run made with other values is still reused.
 # trainer.steps may grow (a finished shorter run is resumed and extended), never shrink.
 _NEUTRAL_KEYS = {
-    "trainer.steps", "trainer.keep_last", "trainer.checkpoint_every", "trainer.log_samples", "trainer.threads",
-    "trainer.eval_every", "trainer.micro_batch_size", "run.tensorboard", "run.name", "run.output_dir",
-    "task.reward_timeout_s",
+    "trainer.steps", "trainer.keep_last", "trainer.checkpoint_every", "trainer.log_samples",
+    "trainer.threads", "trainer.eval_every", "trainer.micro_batch_size", "run.tensorboard", "run.name",
+    "run.output_dir", "task.reward_timeout_s",
 }
 
 
@@ -57,7 +57,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float
     """
     if len(a) != len(b):
         raise ValueError(f"paired_difference: {len(a)} values against {len(b)}; pair them by seed")
-    d = [float(x) - float(y) for x, y in zip(a, b)]
+    d = [float(x) - float(y) for x, y in zip(a, b, strict=True)]
     n = len(d)
     out: dict[str, float | int | None] = {"mean": None, "sd": None, "se": None, "t": None, "p": None, "n": n}
     if n == 0:
@@ -117,7 +117,8 @@ def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
         try:
             values = [int(s) for s in parts]
         except ValueError:
-            raise ConfigError(f"--seeds {seeds!r}: give a number of seeds (e.g. 5) or a list (e.g. 0,3,7)") from None
+            raise ConfigError(f"--seeds {seeds!r}: give a number of seeds (e.g. 5) or a list (e.g. 0,3,7)"
+                              ) from None
         seeds = values[0] if len(values) == 1 else values
     if isinstance(seeds, int):
         if seeds < 1:
@@ -134,8 +135,9 @@ def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
 
 
 def _split_source(source: str | Path) -> tuple[str | None, Path | None]:
-    """A preset name, or a YAML file path (a Path, a name ending in .yaml/.yml, containing a slash, or a file)."""
-    if isinstance(source, Path) or source.endswith((".yaml", ".yml")) or os.sep in source or Path(source).is_file():
+    """A preset name, or a YAML file (a Path, a name ending in .yaml/.yml or holding a slash, a file)."""
+    if isinstance(source, Path) or source.endswith((".yaml", ".yml")) or os.sep in source \
+            or Path(source).is_file():
         return None, Path(source)
     return source, None
 
@@ -167,20 +169,23 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _config_mismatch(run_dir: Path, cfg: Config) -> str | None:
-    """First trajectory-relevant key where the run's saved config differs from ``cfg`` (None: compatible)."""
+    """The first trajectory-relevant value where the run's saved config differs from ``cfg`` (None: same).
+
+    Keys only one side has (a field added or removed between hacrl versions) are skipped; the agent list
+    must match exactly.
+    """
     saved_path = run_dir / "config.yaml"
     if not saved_path.is_file():
         return None
-    old = _flatten(yaml.safe_load(saved_path.read_text()) or {})
-    new = _flatten(cfg.model_dump(mode="json"))
-    for key in sorted(set(old) | set(new)):
-        generic = key
-        for a in cfg.agents:  # agents.<id>.field → compare every agent field, none is neutral
-            generic = generic.replace(f"agents.{a.id}.", "agents.<id>.")
-        if generic in _NEUTRAL_KEYS:
-            continue
-        if old.get(key, "<absent>") != new.get(key, "<absent>"):
-            return f"{key}={old.get(key, '<absent>')!r}, now {new.get(key, '<absent>')!r}"
+    saved = yaml.safe_load(saved_path.read_text()) or {}
+    old_ids = [a.get("id") for a in saved.get("agents", []) if isinstance(a, dict)]
+    new_ids = [a.id for a in cfg.agents]
+    if old_ids != new_ids:
+        return f"agents {old_ids}, now {new_ids}"
+    old, new = _flatten(saved), _flatten(cfg.model_dump(mode="json"))
+    for key in sorted(set(old) & set(new)):
+        if key not in _NEUTRAL_KEYS and old[key] != new[key]:
+            return f"{key}={old[key]!r}, now {new[key]!r}"
     return None
 
 
@@ -205,42 +210,60 @@ def _final_accuracies(run_dir: Path, step: int) -> dict[str, float]:
     return {agent: acc for (s, agent), acc in _read_eval(run_dir).items() if s == step}
 
 
-def _run_one(cfg: Config, run_dir: Path, algo: str, seed: int, label: str, log: Callable[[str], None],
-             log_steps: bool) -> RunOutcome:
+@dataclass
+class RunPlan:
+    algo: str
+    seed: int
+    cfg: Config
+    run_dir: Path
+    action: str  # reuse | resume | restart | train
+    checkpoint: Path | None  # the latest complete checkpoint (reuse, resume)
+
+
+def plan_run(cfg: Config, run_dir: Path) -> RunPlan:
+    """What to do with one run directory; raises ConfigError when it cannot be reused or resumed safely."""
     from hacrl.trainer.checkpoint import latest_checkpoint
+
+    algo, seed, steps = cfg.algorithm.name, cfg.run.seed, cfg.trainer.steps
+    latest = latest_checkpoint(run_dir / "checkpoints")
+    if latest is None:
+        busy = run_dir.exists() and any(run_dir.iterdir())
+        return RunPlan(algo, seed, cfg, run_dir, "restart" if busy else "train", None)
+    mismatch = _config_mismatch(run_dir, cfg)
+    if mismatch:
+        raise ConfigError(f"{run_dir} was trained with {mismatch}; use another --output or delete that "
+                          f"run directory")
+    done = _checkpoint_step(latest)
+    if done > steps:
+        raise ConfigError(f"{run_dir} already has {done} steps, more than trainer.steps={steps}; use "
+                          f"another --output or set trainer.steps={done}")
+    return RunPlan(algo, seed, cfg, run_dir, "reuse" if done == steps else "resume", latest)
+
+
+def _execute(plan: RunPlan, label: str, log: Callable[[str], None], log_steps: bool) -> RunOutcome:
     from hacrl.trainer.trainer import Trainer
 
-    steps = cfg.trainer.steps
-    latest = latest_checkpoint(run_dir / "checkpoints")
-    if latest is not None:
-        mismatch = _config_mismatch(run_dir, cfg)
-        if mismatch:
-            raise ConfigError(f"{run_dir} was trained with {mismatch}; use another --output or delete that "
-                              f"run directory")
-        done = _checkpoint_step(latest)
-        if done > steps:
-            raise ConfigError(f"{run_dir} already has {done} steps, more than trainer.steps={steps}; use "
-                              f"another --output or set trainer.steps={done}")
-        if done == steps:
-            record = _read_record(run_dir)
-            outcome = RunOutcome(algo, seed, run_dir, "reused", record.get("wall_s"), _final_accuracies(run_dir, steps))
-            log(f"{label}: reused (finished run in {run_dir}); final greedy acc {_fmt_accs(outcome.final)}")
-            return outcome
-        status, resume_from, record = "resumed", latest, _read_record(run_dir)
-        log(f"{label}: resuming from step {done} of {steps}")
+    algo, seed, run_dir, steps = plan.algo, plan.seed, plan.run_dir, plan.cfg.trainer.steps
+    if plan.action == "reuse":
+        outcome = RunOutcome(algo, seed, run_dir, "reused", _read_record(run_dir).get("wall_s"),
+                             _final_accuracies(run_dir, steps))
+        log(f"{label}: reused (finished run in {run_dir}); final greedy acc {_fmt_accs(outcome.final)}")
+        return outcome
+    record, resume_from = {}, None
+    if plan.action == "resume":
+        record, resume_from = _read_record(run_dir), plan.checkpoint
+        log(f"{label}: resuming from step {_checkpoint_step(resume_from)} of {steps}")
+    elif plan.action == "restart":
+        shutil.rmtree(run_dir)
+        log(f"{label}: no complete checkpoint in {run_dir}; restarting it from scratch")
     else:
-        status, resume_from, record = "trained", None, {}
-        if run_dir.exists() and any(run_dir.iterdir()):
-            status = "restarted"
-            shutil.rmtree(run_dir)
-            log(f"{label}: no complete checkpoint in {run_dir}; restarting it from scratch")
-        else:
-            log(f"{label}: training {steps} steps")
+        log(f"{label}: training {steps} steps")
+    status = {"resume": "resumed", "restart": "restarted", "train": "trained"}[plan.action]
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
-        trainer = Trainer(cfg, run_dir, resume_from=resume_from)
+        trainer = Trainer(plan.cfg, run_dir, resume_from=resume_from)
     except Exception:
         if created:  # a run that never started leaves no directory
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -253,9 +276,10 @@ def _run_one(cfg: Config, run_dir: Path, algo: str, seed: int, label: str, log: 
 
     result = trainer.train(progress=on_step if log_steps else None)
     wall = time.perf_counter() - start
+    this_time = {"status": status, "from_step": _checkpoint_step(resume_from) if resume_from else 0,
+                 "to_step": trainer.step_idx, "wall_s": wall}
     record = {"wall_s": (record.get("wall_s") or 0.0) + wall, "algorithm": algo, "seed": seed,
-              "invocations": [*record.get("invocations", []), {"status": status, "from_step": _checkpoint_step(
-                  resume_from) if resume_from else 0, "to_step": trainer.step_idx, "wall_s": wall}]}
+              "invocations": [*record.get("invocations", []), this_time]}
     _write_record(run_dir, record)
     if result["stopped"]:
         log(f"{label}: stopped at step {trainer.step_idx}; run the same command again to resume")
@@ -274,7 +298,8 @@ def default_command(preset: str | None, config_path: Path | None, algos: Sequenc
     parts = ["hacrl", "compare"]
     parts += ["--preset", preset] if preset else ["--config", str(config_path)] if config_path else []
     parts += ["--algos", ",".join(algos)]
-    parts += ["--seeds", str(len(seeds)) if list(seeds) == list(range(len(seeds))) else ",".join(map(str, seeds))]
+    counted = list(seeds) == list(range(len(seeds)))
+    parts += ["--seeds", str(len(seeds)) if counted else ",".join(map(str, seeds))]
     for o in overrides:
         parts += ["--set", o]
     parts += ["--output", str(output_dir)]
@@ -318,12 +343,14 @@ def run_comparison(
     _check_models(base)
     command = command or default_command(preset, config_path, algos, seed_list, overrides, output_dir)
 
+    # every run directory is checked (config, step count) before anything trains
+    plans = [plan_run(cfg, output_dir / "runs" / algo / f"seed-{s}") for (algo, s), cfg in configs.items()]
+    counts = {a: sum(p.action == a for p in plans) for a in ("reuse", "resume", "restart", "train")}
+    log(f"hacrl: comparing {', '.join(algos)} over {len(seed_list)} seed{'s' if len(seed_list) != 1 else ''} "
+        f"in {output_dir}: {len(plans)} runs ({', '.join(f'{n} to {a}' for a, n in counts.items() if n)})")
     start = time.perf_counter()
-    outcomes: list[RunOutcome] = []
-    total = len(configs)
-    for i, ((algo, s), cfg) in enumerate(configs.items(), 1):
-        run_dir = output_dir / "runs" / algo / f"seed-{s}"
-        outcomes.append(_run_one(cfg, run_dir, algo, s, f"[{i}/{total}] {algo} seed {s}", log, log_steps))
+    outcomes = [_execute(plan, f"[{i}/{len(plans)}] {plan.algo} seed {plan.seed}", log, log_steps)
+                for i, plan in enumerate(plans, 1)]
     wall = time.perf_counter() - start
 
     meta = {
@@ -347,9 +374,12 @@ def _check_models(cfg: Config) -> None:
 
     for spec in cfg.agents:
         try:
-            resolve_model_path(spec.model)
+            path = resolve_model_path(spec.model)
         except FileNotFoundError as exc:
             raise ConfigError(f"agents.{spec.id}.model: {exc}") from None
+        if not path.is_dir():
+            raise ConfigError(f"agents.{spec.id}.model: {path} is not a directory; give a Hugging Face model "
+                              f"directory")
 
 
 # ---- reading runs -----------------------------------------------------------------------------------
@@ -466,7 +496,8 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
             "final": {a: final_of(d, a) for a in agent_ids},
             "wall_s": o.wall_s, "phase_s": phases,
             "rollout_s": sum(m.get("timing/rollout", 0.0) for m in d.metrics.values()),
-            "update_s": sum(v for m in d.metrics.values() for k, v in m.items() if k.startswith("timing/update/")),
+            "update_s": sum(v for m in d.metrics.values() for k, v in m.items()
+                            if k.startswith("timing/update/")),
         })
     runs_of = {a: [r for r in summary["runs"] if r["algorithm"] == a] for a in algos}
 
@@ -475,7 +506,8 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
         walls = [r["wall_s"] if r["wall_s"] is not None else r["phase_s"] for r in rs]
         summary["cost"][algo] = {
             "wall_s": _mean_sd(walls), "phase_s": _mean_sd([r["phase_s"] for r in rs]),
-            "rollout_s": _mean_sd([r["rollout_s"] for r in rs]), "update_s": _mean_sd([r["update_s"] for r in rs]),
+            "rollout_s": _mean_sd([r["rollout_s"] for r in rs]),
+            "update_s": _mean_sd([r["update_s"] for r in rs]),
             "wall_measured": all(r["wall_s"] is not None for r in rs),
         }
 
@@ -488,14 +520,16 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
             vals = [v for v in finals[algo].values() if v is not None]
             mean, sd = _mean_sd(vals)
             start_mean, start_sd = _mean_sd([d.evals.get((0, agent)) for d in runs])
-            updates = [sum(_metric(d, s, f"agent/{agent}/optimizer_steps") or 0 for s in d.metrics) for d in runs]
+            updates = [sum(_metric(d, s, f"agent/{agent}/optimizer_steps") or 0 for s in d.metrics)
+                       for d in runs]
             vs = {}
             for b in baselines:
                 if b == algo:
                     continue
-                common = [s for s in seeds if finals[algo].get(s) is not None and finals[b].get(s) is not None]
-                vs[b] = {**paired_difference([finals[algo][s] for s in common], [finals[b][s] for s in common]),
-                         "seeds": common}
+                common = [s for s in seeds
+                          if finals[algo].get(s) is not None and finals[b].get(s) is not None]
+                vs[b] = {**paired_difference([finals[algo][s] for s in common],
+                                             [finals[b][s] for s in common]), "seeds": common}
             per_algo[algo] = {
                 "start": start_mean, "start_sd": start_sd,
                 "final": {"mean": mean, "sd": sd, "min": min(vals) if vals else None,
@@ -513,7 +547,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
         runs = by_algo[algo]
         diag: dict[str, Any] = {}
         for agent in agent_ids:
-            def avg(key: str) -> float | None:
+            def avg(key: str, agent: str = agent, runs: list[RunData] = runs) -> float | None:
                 return _mean_sd([_mean_over_steps(d, f"agent/{agent}/{key}") for d in runs])[0]
 
             omega = {}
@@ -522,11 +556,12 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
                     continue
                 key = f"agent/{agent}/omega/{other}"
                 curve = _series(runs, lambda d, s, key=key: _metric(d, s, key) if s > 0 else None)
-                omega[other] = {"mean": avg(f"omega/{other}"), "final": curve["mean"][-1] if curve["mean"] else None,
-                                "curve": curve}
+                omega[other] = {"mean": avg(f"omega/{other}"),
+                                "final": curve["mean"][-1] if curve["mean"] else None, "curve": curve}
             diag[agent] = {
                 "cross_ratio_mean": avg("cross/ratio_mean"), "in_window_frac": avg("cross/in_window_frac"),
-                "below_window_frac": avg("cross/clip_low_frac"), "above_window_frac": avg("cross/clip_high_frac"),
+                "below_window_frac": avg("cross/clip_low_frac"),
+                "above_window_frac": avg("cross/clip_high_frac"),
                 "cross_answers": avg("count/cross"),
                 "in_window_curve": _series(runs, lambda d, s, agent=agent: _metric(
                     d, s, f"agent/{agent}/cross/in_window_frac") if s > 0 else None),
@@ -547,37 +582,41 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
         fracs = {a: d["in_window_frac"] for a, d in diag.items() if d["in_window_frac"] is not None}
         sentences = []
         if not fracs:
-            sentences.append(f"{algo} shares the pool but its loss does not log cross-answer ratios, so how much "
-                             f"the other agents' answers counted cannot be read from the metrics.")
+            sentences.append(f"{algo} shares the pool but its loss does not log cross-answer ratios, so "
+                             f"how much the other agents' answers counted cannot be read from the metrics.")
         else:
             overall = sum(fracs.values()) / len(fracs)
             window = (f"the clip window [ℓ_m, 1] (ℓ_0 = {1 - delta:g})" if delta is not None
                       else "the clip window")
             if overall < 0.005:
-                sentences.append(f"No cross answer fell inside {window}: {algo} acted like GSPO (answers outside "
-                                 f"the window are clipped and give no gradient).")
+                sentences.append(f"No cross answer fell inside {window}: {algo} acted like GSPO (answers "
+                                 f"outside the window are clipped and give no gradient).")
             elif overall < 0.1:
-                sentences.append(f"Only {overall:.0%} of cross answers fell inside {window}: {algo} acted almost "
-                                 f"like GSPO (answers outside the window are clipped and give no gradient).")
+                sentences.append(f"Only {overall:.0%} of cross answers fell inside {window}: {algo} acted "
+                                 f"almost like GSPO (answers outside the window are clipped and give no "
+                                 f"gradient).")
             elif overall < 0.5:
                 sentences.append(f"{overall:.0%} of cross answers fell inside {window}: the shared pool "
                                  f"contributed part of {algo}'s updates.")
             else:
-                sentences.append(f"Most cross answers ({overall:.0%}) fell inside {window}: {algo}'s learners "
-                                 f"did learn from each other's answers.")
+                sentences.append(f"Most cross answers ({overall:.0%}) fell inside {window}: {algo}'s "
+                                 f"learners did learn from each other's answers.")
             for agent, d in diag.items():
-                inside, below, above, ratio = (d["in_window_frac"], d["below_window_frac"], d["above_window_frac"],
-                                               d["cross_ratio_mean"])
+                inside, below, above = d["in_window_frac"], d["below_window_frac"], d["above_window_frac"]
+                ratio = d["cross_ratio_mean"]
                 if None in (inside, below, above, ratio) or max(below, above) <= 0.05:
                     continue
-                why = ("it found the others' answers less likely than their authors did" if below >= above
-                       else "it found the others' answers more likely than their authors did")
-                sentences.append(f"{agent}: {inside:.0%} inside, {below:.0%} below, {above:.0%} above the window "
-                                 f"(mean cross ratio {ratio:.2f}: {why}).")
+                side = ("below it (the learner finds the others' answers less likely than their authors "
+                        "did)" if below >= above else "above it (the learner finds the others' answers more "
+                        "likely than their authors did)")
+                sentences.append(f"{agent}: {inside:.0%} inside, {below:.0%} below, {above:.0%} above the "
+                                 f"window, mean cross ratio {ratio:.2f}; the clipped ones were mostly "
+                                 f"{side}.")
         algorithm = ALGORITHMS.get(algo)
         in_baseline = algorithm.advantage == "hacpo" and algorithm.capability_aware
         in_update = algorithm.loss == "hacpo" and algorithm.use_omega
-        omegas = [(a, o, v["mean"]) for a, d in diag.items() for o, v in d["omega"].items() if v["mean"] is not None]
+        omegas = [(a, o, v["mean"]) for a, d in diag.items() for o, v in d["omega"].items()
+                  if v["mean"] is not None]
         if omegas:
             a, o, w = max(omegas, key=lambda x: abs(math.log(max(x[2], 1e-12))))
             if not (in_baseline or in_update):
@@ -587,21 +626,21 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
                                  "weighting changed little.")
             else:
                 ahead, behind, factor = (a, o, w) if w > 1 else (o, a, 1 / w)
-                uses = [u for u, on in ((f"weighted {ahead}'s answers up by about that factor in its update",
-                                         in_update),
-                                        (f"scaled {ahead}'s rewards down by it in its baseline", in_baseline)) if on]
+                effects = ((f"weighted {ahead}'s answers up by about that factor in its update", in_update),
+                           (f"scaled {ahead}'s rewards down by it in its baseline", in_baseline))
+                uses = " and ".join(text for text, on in effects if on)
                 sentences.append(f"ω({a}→{o}) averaged {w:.2f} over the steps: {ahead} was judged about "
-                                 f"{factor:.1f}× as capable as {behind}, so {behind} " + " and ".join(uses) + ".")
+                                 f"{factor:.1f}× as capable as {behind}, so {behind} {uses}.")
         paragraphs.append(" ".join(sentences))
 
     baselines = summary.get("baselines", [])
     results = summary["results"]
-    all_same = all(len({round(r["final"]["mean"], 9) for r in per_algo.values() if r["final"]["mean"] is not None}) <= 1
-                   for per_algo in results.values())
+    all_same = all(len({round(r["final"]["mean"], 9) for r in per_algo.values()
+                        if r["final"]["mean"] is not None}) <= 1 for per_algo in results.values())
     n = len(summary["seeds"])
     if all_same and len(summary["algorithms"]) > 1:
-        paragraphs.append("Every algorithm ended at the same held-out accuracy for every agent: the runs were too "
-                          "short (or the evaluation too small) to tell the algorithms apart.")
+        paragraphs.append("Every algorithm ended at the same held-out accuracy for every agent: the runs "
+                          "were too short (or the evaluation too small) to tell the algorithms apart.")
     elif baselines:
         clauses, significant, tested = [], [], False
         for algo in summary["algorithms"]:
@@ -635,7 +674,8 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
                 text += f"None of these differences is significant at 5% with {n} seeds."
             paragraphs.append(text)
     elif len(summary["algorithms"]) > 1:
-        paragraphs.append("Neither gspo nor gspo2x is in the comparison, so no paired differences were computed.")
+        paragraphs.append("Neither gspo nor gspo2x is in the comparison, so no paired differences were "
+                          "computed.")
     return [p for p in paragraphs if p]
 
 
@@ -661,8 +701,8 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
             return
         ax.plot(curve["steps"], curve["mean"], marker="o", ms=3, label=label, color=color)
         if any(sd is not None for sd in curve["sd"]):
-            low = [m - (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"])]
-            high = [m + (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"])]
+            low = [m - (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
+            high = [m + (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
             if lo is not None:
                 low = [max(lo, v) for v in low]
             if hi is not None:
@@ -696,7 +736,7 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
     if diag:
         pairs = [(a, o) for a in summary["agents"] for o in summary["agents"] if a != o]
         fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 3.6), squeeze=False)
-        for ax, (a, o) in zip(axes[0], pairs):
+        for ax, (a, o) in zip(axes[0], pairs, strict=True):
             for algo, d in diag.items():
                 band(ax, d[a]["omega"][o]["curve"], algo, colors[algo], 0.1, 10.0)
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
@@ -717,11 +757,12 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
-        logged = [(algo, d) for algo, d in diag.items() if any(x["in_window_curve"]["steps"] for x in d.values())]
+        logged = [(algo, d) for algo, d in diag.items()
+                  if any(x["in_window_curve"]["steps"] for x in d.values())]
         if logged:
             agents = list(summary["agents"])
             fig, axes = plt.subplots(1, len(agents), figsize=(4.5 * len(agents), 3.6), squeeze=False)
-            for ax, agent in zip(axes[0], agents):
+            for ax, agent in zip(axes[0], agents, strict=True):
                 for algo, d in logged:
                     band(ax, d[agent]["in_window_curve"], algo, colors[algo], 0.0, 1.0)
                 ax.set_ylim(-0.02, 1.02)
@@ -776,7 +817,8 @@ def render_report(summary: dict[str, Any]) -> str:
     lines += ["## Command and configuration", "", "```", s["command"], "```", ""]
     src = f"preset `{s['preset']}`" if s["preset"] else f"config `{s['config_path']}`"
     walls = [r["wall_s"] for r in s["runs"] if r["wall_s"] is not None]
-    statuses = {st: sum(r["status"] == st for r in s["runs"]) for st in ("trained", "resumed", "restarted", "reused")}
+    statuses = {st: sum(r["status"] == st for r in s["runs"])
+                for st in ("trained", "resumed", "restarted", "reused")}
     lines += [
         "| setting | value |", "|---|---|",
         f"| source | {src} |",
@@ -785,7 +827,8 @@ def render_report(summary: dict[str, Any]) -> str:
         f"| agents | {', '.join(f'`{a}` ({m})' for a, m in s['agents'].items())} |",
         f"| algorithms | {', '.join(s['algorithms'])} |",
         f"| seeds | {', '.join(map(str, s['seeds']))} (run.seed; same seed = same prompts and start) |",
-        f"| steps | {s['steps']} (batch {s['batch_size']} prompts × {s['rollouts_per_prompt']} answers per agent) |",
+        f"| steps | {s['steps']} (batch {s['batch_size']} prompts × {s['rollouts_per_prompt']} answers "
+        f"per agent) |",
         f"| evaluation | greedy, {s['eval_size']} held-out problems, "
         f"{_every(s['eval_every'])} and at the end |",
         f"| runs this time | {', '.join(f'{n} {st}' for st, n in statuses.items() if n)} |",
@@ -817,30 +860,35 @@ def render_report(summary: dict[str, Any]) -> str:
     n = len(s["seeds"])
     lines += [
         f"*start*: accuracy before training (step 0). *final*: at step {s['steps']}, mean ± sd over {n} "
-        f"seed{'s' if n != 1 else ''}. *Δ vs b*: mean over seeds of (final − final of b with the same seed) ± its "
-        "standard error; *p*: two-sided paired t-test over seeds (n/a with fewer than 2 seeds). *rollouts*: "
-        "answers this agent generated in training (steps × batch × G × the algorithm's rollout multiplier). "
-        "*optimizer updates*: this agent's optimizer steps. *wall*: the whole run (all agents), measured.",
+        f"seed{'s' if n != 1 else ''}. *Δ vs b*: mean over seeds of (final − final of b with the same seed) "
+        "± its standard error; *p*: two-sided paired t-test over seeds (n/a with fewer than 2 seeds). "
+        "*rollouts*: answers this agent generated in training (steps × batch × G × the algorithm's rollout "
+        "multiplier). *optimizer updates*: this agent's optimizer steps. *wall*: the whole run (all agents), "
+        "measured.",
         "",
     ]
 
-    lines += ["## Cost per run", "", "| algorithm | wall s | training phases s | rollout s | updates s | other s |",
+    lines += ["## Cost per run", "",
+              "| algorithm | wall s | training phases s | rollout s | updates s | other s |",
               "|---|---|---|---|---|---|"]
     for algo, c in s["cost"].items():
-        other = (c["wall_s"][0] - c["phase_s"][0]) if c["wall_measured"] and c["wall_s"][0] is not None else None
-        lines.append(f"| {algo} | {_pm(*c['wall_s'], '.1f')}{'' if c['wall_measured'] else ' (phases only)'} | "
-                     f"{_pm(*c['phase_s'], '.1f')} | {_pm(*c['rollout_s'], '.1f')} | {_pm(*c['update_s'], '.1f')} | "
-                     f"{_f(other, '.1f')} |")
+        measured = c["wall_measured"] and c["wall_s"][0] is not None
+        other = c["wall_s"][0] - c["phase_s"][0] if measured else None
+        cells = [algo, _pm(*c["wall_s"], ".1f") + ("" if c["wall_measured"] else " (phases only)"),
+                 _pm(*c["phase_s"], ".1f"), _pm(*c["rollout_s"], ".1f"), _pm(*c["update_s"], ".1f"),
+                 _f(other, ".1f")]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "*training phases*: the sum of the trainer's `timing/*` over steps; *other*: wall − phases "
               "(model loading, evaluation, checkpoints).", ""]
 
     lines += ["## Collaboration diagnostics", ""]
     if not s["diagnostics"]:
-        lines += ["No algorithm in this comparison shares the answer pool (hacpo, naive or a hacpo-* ablation), "
-                  "so there is nothing to diagnose.", ""]
+        lines += ["No algorithm in this comparison shares the answer pool (hacpo, naive or a hacpo-* "
+                  "ablation), so there is nothing to diagnose.", ""]
     else:
         others = {a: [o for o in s["agents"] if o != a] for a in s["agents"]}
-        head = ["algorithm", "learner", "mean cross ratio", "inside window", "below", "above", "ω (mean, final)"]
+        head = ["algorithm", "learner", "mean cross ratio", "inside window", "below", "above",
+                "ω (mean, final)"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for algo, diag in s["diagnostics"].items():
             for agent, d in diag.items():
@@ -848,22 +896,25 @@ def render_report(summary: dict[str, Any]) -> str:
                                for o in others[agent])
                 pct = [("n/a" if v is None else f"{v:.0%}") for v in
                        (d["in_window_frac"], d["below_window_frac"], d["above_window_frac"])]
-                ratio = _f(d["cross_ratio_mean"], ".3f") if d["cross_ratio_mean"] is not None else "not logged"
+                ratio = "not logged" if d["cross_ratio_mean"] is None else _f(d["cross_ratio_mean"], ".3f")
                 lines.append(f"| {algo} | {agent} | {ratio} | {pct[0]} | {pct[1]} | {pct[2]} | {om} |")
-        lines += ["", "*cross ratio*: the learner's sequence probability of another agent's answer over its author's "
-                  "at rollout time (exp of the difference of mean token log-probs); *inside window*: share of cross "
-                  "answers whose ratio lay in the stepwise clip window [ℓ_m, 1] and so gave gradient; *below* / "
-                  "*above*: clipped at the lower / upper bound. All are means over steps and seeds. "
-                  "*ω(k→j)*: capability of the learner k over that of the source j (clamped to [0.1, 10]).", ""]
-        for name, title in (("omega.png", "ω over time"), ("cross-window.png", "cross answers inside the window")):
+        lines += ["", "*cross ratio*: the learner's sequence probability of another agent's answer over "
+                  "its author's at rollout time (exp of the difference of mean token log-probs); *inside "
+                  "window*: share of cross answers whose ratio lay in the stepwise clip window [ℓ_m, 1] and "
+                  "so gave gradient; *below* / *above*: clipped at the lower / upper bound. All are means "
+                  "over steps and seeds. *ω(k→j)*: capability of the learner k over that of the source j "
+                  "(clamped to [0.1, 10]).", ""]
+        for name, title in (("omega.png", "ω over time"),
+                            ("cross-window.png", "cross answers inside the window")):
             if f"plots/{name}" in plots:
                 lines += [f"![{title}](plots/{name})", ""]
     lines += ["## Reading", ""]
     for p in s["reading"] or ["(nothing to say)"]:
         lines += [p, ""]
 
-    lines += ["## Runs", "", "| algorithm | seed | this time | " + " | ".join(f"final {a}" for a in s["agents"])
-              + " | wall s | directory |", "|" + "---|" * (5 + len(s["agents"]))]
+    finals = " | ".join(f"final {a}" for a in s["agents"])
+    lines += ["## Runs", "", f"| algorithm | seed | this time | {finals} | wall s | directory |",
+              "|" + "---|" * (5 + len(s["agents"]))]
     for r in s["runs"]:
         lines.append(f"| {r['algorithm']} | {r['seed']} | {r['status']} | "
                      + " | ".join(_f(r["final"][a]) for a in s["agents"])

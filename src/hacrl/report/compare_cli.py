@@ -27,7 +27,8 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     c.add_argument("--preset", help="a named preset (see `hacrl presets`); default tiny-model")
     c.add_argument("--config", help="a YAML config file")
     c.add_argument("--algos", default=DEFAULT_ALGOS,
-                   help=f"comma-separated algorithms (hacpo, gspo, gspo2x, naive, grpo, hacpo-*); default {DEFAULT_ALGOS}")
+                   help="comma-separated algorithms (hacpo, gspo, gspo2x, naive, grpo, hacpo-*); "
+                        f"default {DEFAULT_ALGOS}")
     c.add_argument("--seeds", default=DEFAULT_SEEDS,
                    help="number of seeds N (run.seed = 0..N-1) or a list such as 0,3,7; default 3")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -55,8 +56,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         pass
     command = shlex.join(["hacrl", "compare", *sys.argv[2:]]) if sys.argv[1:2] == ["compare"] else None
     source = Path(args.config) if args.config else (args.preset or "tiny-model")
-    print(f"hacrl: comparing {', '.join(algos)} over {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
-          f"in {output}", flush=True)
     try:
         report = run_comparison(source, algos, seeds, args.overrides, output,
                                 log=lambda line: print(line, flush=True), log_steps=not args.quiet,

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from hacrl.agents.agent import Agent, load_agent, token_logprobs
 from hacrl.config import Config, ConfigError, derive, dump_config
@@ -156,6 +157,13 @@ class Trainer:
         if manifest.get("algorithm") != self.cfg.algorithm.name:
             raise ConfigError(f"--resume: the checkpoint used algorithm {manifest.get('algorithm')!r}, "
                               f"the config has {self.cfg.algorithm.name!r}")
+        saved = self.run_dir / "config.yaml"
+        if saved.is_file():
+            key = first_training_difference(yaml.safe_load(saved.read_text()), self.cfg.model_dump(mode="json"))
+            if key is not None:
+                raise ConfigError(f"--resume: {key} differs from the run's config.yaml; resuming with a changed "
+                                  f"training setting would mix two experiments (only trainer.steps, eval and "
+                                  f"checkpoint cadence, threads and logging may change)")
 
     def _restore(self, path: Path) -> None:
         state = ckpt.load_state(path)
@@ -359,14 +367,16 @@ class Trainer:
                 metrics = self.step()
                 final = self.step_idx >= t.steps
                 if final or (t.eval_every and self.step_idx % t.eval_every == 0):
-                    evaluation = self.evaluate()
+                    with timed(metrics, "eval"):
+                        evaluation = self.evaluate()
                     metrics.update(evaluation)
                     last_eval = evaluation if final else None
+                if t.checkpoint_every and self.step_idx % t.checkpoint_every == 0 and not final:
+                    with timed(metrics, "checkpoint"):
+                        self.save_checkpoint()
                 self.sink.log(self.step_idx, metrics)
                 if progress:
                     progress(self.step_idx, metrics)
-                if t.checkpoint_every and self.step_idx % t.checkpoint_every == 0 and not final:
-                    self.save_checkpoint()
             path = self.save_checkpoint()
         finally:
             for s, h in handlers.items():
@@ -386,6 +396,32 @@ class Trainer:
             if rec["step"] == step:
                 out[f"eval/{rec['agent']}/greedy_acc"] = rec["greedy_acc"]
         return out or None
+
+
+# Settings that may change between a run and its resumption: they do not change what is trained.
+RESUMABLE_KEYS = {"trainer.steps", "trainer.eval_every", "trainer.eval_size", "trainer.checkpoint_every",
+                  "trainer.keep_last", "trainer.log_samples", "trainer.threads", "trainer.micro_batch_size",
+                  "run.name", "run.output_dir", "run.tensorboard", "task.reward_timeout_s"}
+
+
+def first_training_difference(old: Any, new: Any, prefix: str = "") -> str | None:
+    """The first dotted key whose value differs between two config trees, ignoring ``RESUMABLE_KEYS``."""
+    if prefix in RESUMABLE_KEYS:
+        return None
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) & set(new)):  # a key on one side only: a field added since the run began
+            found = first_training_difference(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else k)
+            if found:
+                return found
+        return None
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            item = a.get("id", i) if isinstance(a, dict) else i
+            found = first_training_difference(a, b, f"{prefix}.{item}")
+            if found:
+                return found
+        return None
+    return None if old == new else (prefix or "config")
 
 
 def _on_main_thread() -> bool:

@@ -1,0 +1,255 @@
+"""`hacrl compare`: the paired statistics on hand-made numbers, and a real 2 × 2 comparison on throwaway
+tiny models (report, plots, reuse of finished runs, resume of partial ones, refusal of a changed config)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from hacrl.config import ConfigError
+from hacrl.report.compare import paired_difference, parse_algos, parse_seeds, run_comparison
+from hacrl.report.compare_cli import add_compare_parser, cmd_compare
+
+try:
+    import scipy  # noqa: F401
+
+    HAVE_SCIPY = True
+except ImportError:
+    HAVE_SCIPY = False
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ALGOS = "hacpo,gspo"
+SEEDS = 2
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+    yield
+
+
+# ---- paired_difference ----------------------------------------------------------------------------
+
+def test_paired_difference_on_a_hand_made_example():
+    a = [0.6, 0.7, 0.9]
+    b = [0.5, 0.5, 0.6]
+    st = paired_difference(a, b)
+    # d = a − b = [0.1, 0.2, 0.3]; n = 3
+    # mean = 0.6 / 3 = 0.2
+    # sd = sqrt(((0.1−0.2)² + 0² + (0.3−0.2)²) / (3 − 1)) = sqrt(0.02 / 2) = 0.1
+    # se = sd / √n = 0.1 / √3 = 0.0577350
+    # t = mean / se = 0.2 / 0.0577350 = 2√3 = 3.4641016
+    assert st["n"] == 3
+    assert st["mean"] == pytest.approx(0.2)
+    assert st["sd"] == pytest.approx(0.1)
+    assert st["se"] == pytest.approx(0.1 / math.sqrt(3))
+    assert st["t"] == pytest.approx(2 * math.sqrt(3))
+    # Student's t with ν = 2 has the closed form CDF F(t) = 1/2 + t / (2·sqrt(2 + t²)), so the two-sided
+    # p = 2·(1 − F(|t|)) = 1 − |t| / sqrt(2 + t²) = 1 − 2√3 / √14 = 1 − 0.9258201 = 0.0741799
+    if HAVE_SCIPY:
+        assert st["p"] == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(14), rel=1e-6)
+        assert st["p"] == pytest.approx(0.0741799, abs=1e-6)
+    else:
+        assert st["p"] is None
+
+
+def test_paired_difference_with_two_seeds_matches_the_cauchy_case():
+    st = paired_difference([1.0, 0.5], [0.0, 0.0])
+    # d = [1, 0.5]; mean 0.75; sd = sqrt((0.25² + 0.25²) / 1) = 0.3535534; se = sd / √2 = 0.25; t = 3
+    assert (st["mean"], st["se"], st["t"]) == pytest.approx((0.75, 0.25, 3.0))
+    assert st["sd"] == pytest.approx(math.sqrt(0.125))
+    # ν = 1 is the Cauchy distribution: two-sided p = 1 − (2/π)·atan(3) = 0.2048328
+    if HAVE_SCIPY:
+        assert st["p"] == pytest.approx(1 - 2 / math.pi * math.atan(3.0), rel=1e-6)
+
+
+def test_paired_difference_edge_cases():
+    one = paired_difference([0.4], [0.1])  # one seed: a difference, no spread, no test
+    assert one["n"] == 1 and one["mean"] == pytest.approx(0.3)
+    assert one["sd"] is None and one["se"] is None and one["t"] is None and one["p"] is None
+    same = paired_difference([0.3, 0.5, 0.2], [0.3, 0.5, 0.2])  # identical: no difference at all
+    assert (same["mean"], same["sd"], same["t"], same["p"]) == (0.0, 0.0, 0.0, 1.0)
+    shifted = paired_difference([0.4, 0.6], [0.3, 0.5])  # the same +0.1 in every seed
+    assert shifted["mean"] == pytest.approx(0.1) and shifted["sd"] == 0.0
+    assert shifted["t"] == math.inf and shifted["p"] == 0.0
+    assert paired_difference([], [])["mean"] is None
+    with pytest.raises(ValueError):
+        paired_difference([0.1, 0.2], [0.1])
+
+
+# ---- argument checks --------------------------------------------------------------------------------
+
+def _compare_args(*argv):
+    parser = argparse.ArgumentParser(prog="hacrl")
+    add_compare_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["compare", *argv])
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--algos", "hacpo,ppo"], "unknown algorithm 'ppo'"),
+    (["--algos", "hacpo,,gspo"], "comma-separated"),
+    (["--algos", "gspo,gspo"], "listed twice"),
+    (["--seeds", "0"], "at least 1 seed"),
+    (["--seeds", "two"], "number of seeds"),
+    (["--set", "run.seed=3"], "--seeds"),
+    (["--set", "algorithm.name=gspo"], "--algos"),
+    (["--preset", "tiny-test", "--set", "agents.qwen-char.model=/no/such/model"], "is not a directory"),
+    (["--preset", "tiny-test", "--set", "trainer.batch_size=0"], "trainer.batch_size"),
+])
+def test_bad_arguments_raise_one_line_config_errors(argv, needle, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        cmd_compare(_compare_args(*argv, "--output", str(tmp_path / "out")))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out" / "runs").exists()  # nothing trained
+
+
+def test_seed_and_algo_parsing():
+    assert parse_seeds(3) == [0, 1, 2] and parse_seeds("2") == [0, 1] and parse_seeds("4,1") == [4, 1]
+    assert parse_algos(" hacpo , gspo2x") == ["hacpo", "gspo2x"]
+
+
+# ---- a real comparison on throwaway tiny models ---------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """Two untrained heterogeneous agents: a Qwen2-style model with a char tokenizer, a Llama one with BPE."""
+    from hacrl.agents.tiny import build_bpe_tokenizer, build_char_tokenizer, build_model
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("tiny-models")
+    for name, arch, make_tok in (("qwen-char", "qwen2-small", build_char_tokenizer),
+                                 ("llama-bpe", "llama-base", build_bpe_tokenizer)):
+        tok = make_tok()
+        model = build_model(arch, tok)
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    return root
+
+
+def _overrides(models):
+    return [f"agents.qwen-char.model={models / 'qwen-char'}",
+            f"agents.llama-bpe.model={models / 'llama-bpe'}",
+            "trainer.steps=2", "trainer.eval_every=1", "trainer.eval_size=20", "trainer.batch_size=4",
+            "rollout.rollouts_per_prompt=4", "trainer.checkpoint_every=1", "run.tensorboard=false",
+            "trainer.threads=1"]
+
+
+@pytest.fixture(scope="module")
+def comparison(tiny_models, tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare") / "cmp"
+    lines: list[str] = []
+    report = run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append)
+    return out, report, lines
+
+
+def _run_dirs(out):
+    return [out / "runs" / a / f"seed-{s}" for a in ALGOS.split(",") for s in range(SEEDS)]
+
+
+def test_comparison_writes_every_table_and_plot(comparison):
+    out, report, lines = comparison
+    assert report == out / "report.md"
+    assert sum("trained" in line for line in lines) == 4
+    for run in _run_dirs(out):
+        assert (run / "checkpoints" / "step-000002" / "manifest.json").is_file()
+        assert json.loads((run / "compare.json").read_text())["wall_s"] > 0
+    text = report.read_text()
+    for needle in ("## Command and configuration",
+                   "hacrl compare --preset tiny-test --algos hacpo,gspo --seeds 2",
+                   "| steps | 2 ", "| seeds | 0, 1 ",
+                   "## Held-out accuracy", "### qwen-char", "### llama-bpe",
+                   "| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | rollouts / run "
+                   "| optimizer updates / run | wall s / run |",
+                   "## Cost per run", "## Collaboration diagnostics", "| hacpo | qwen-char |",
+                   "| hacpo | llama-bpe |",
+                   "## Reading", "fell inside the clip window", "## Runs", "| gspo | 1 | trained |",
+                   "![qwen-char accuracy](plots/accuracy-qwen-char.png)", "![ω over time](plots/omega.png)"):
+        assert needle in text, needle
+    # rollouts per agent per run = steps × batch × G × multiplier = 2 × 4 × 4 × 1 = 32.
+    # updates per run = steps × (rows per step / minibatch size), minibatch = B·G/2 = 8 sequences:
+    # hacpo trains on 4 prompts × (4 own + 4 cross) = 32 rows → 4 per step → 8; gspo on 16 rows → 2 → 4.
+    hacpo_row = next(line for line in text.splitlines() if line.startswith("| hacpo | ") and "± " in line)
+    assert "| 32 | 8 |" in hacpo_row
+    gspo_row = next(line for line in text.splitlines()
+                    if line.startswith("| gspo | ") and "| — | — |" in line)
+    assert "| 32 | 4 |" in gspo_row
+    for name in ("accuracy-qwen-char.png", "accuracy-llama-bpe.png", "omega.png", "cross-window.png"):
+        data = (out / "plots" / name).read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG_MAGIC), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["algorithms"] == ["hacpo", "gspo"] and summary["seeds"] == [0, 1]
+    st = summary["results"]["qwen-char"]["hacpo"]["vs"]["gspo"]
+    assert set(st) >= {"mean", "sd", "se", "t", "p", "n"} and st["n"] == 2
+    assert "hacpo" in summary["diagnostics"] and "gspo" not in summary["diagnostics"]
+    assert 0.0 <= summary["diagnostics"]["hacpo"]["qwen-char"]["in_window_frac"] <= 1.0
+
+
+def test_same_seed_gives_every_algorithm_the_same_prompts(comparison):
+    out, _, _ = comparison
+
+    def prompts(algo, seed):
+        path = out / "runs" / algo / f"seed-{seed}" / "samples" / "step-000001.jsonl"
+        return [json.loads(line)["prompt"] for line in path.read_text().splitlines()]
+
+    assert prompts("hacpo", 0) == prompts("gspo", 0)
+    assert prompts("hacpo", 1) == prompts("gspo", 1)
+    assert prompts("hacpo", 0) != prompts("hacpo", 1)
+
+
+def test_second_invocation_reuses_finished_runs(comparison, tiny_models, capsys):
+    out, report, _ = comparison
+    files = [run / "metrics.jsonl" for run in _run_dirs(out)]
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+    argv = ["--preset", "tiny-test", "--algos", ALGOS, "--seeds", str(SEEDS), "--output", str(out), "-q"]
+    for o in _overrides(tiny_models):
+        argv += ["--set", o]
+    assert cmd_compare(_compare_args(*argv)) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("reused") == 4 and "trained" not in printed
+    assert f"report in {report}" in printed
+    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in before}
+    assert after == before  # not retrained, not even rewritten
+    assert "| runs this time | 4 reused |" in report.read_text()
+
+
+def test_changed_config_is_refused_before_anything_trains(comparison, tiny_models, tmp_path):
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+    shutil.rmtree(out / "runs/hacpo/seed-0")  # the first run would train, but the other runs disagree
+    with pytest.raises(ConfigError, match=r"agents\.qwen-char\.lr=0\.0003.*now 0\.01"):
+        run_comparison("tiny-test", ALGOS, SEEDS, [*_overrides(tiny_models), "agents.qwen-char.lr=1e-2"], out,
+                       log=lambda line: None)
+    assert not (out / "runs/hacpo/seed-0").exists()
+
+
+def test_partial_run_is_resumed_and_checkpointless_run_restarted(comparison, tiny_models, tmp_path):
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+
+    def metrics_without_timing(run):
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith("timing/")}
+                for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    partial, empty = out / "runs/hacpo/seed-0", out / "runs/gspo/seed-1"
+    expected = {partial: metrics_without_timing(partial), empty: metrics_without_timing(empty)}
+    shutil.rmtree(partial / "checkpoints" / "step-000002")  # step-000001 is left: resume from it
+    shutil.rmtree(empty / "checkpoints")  # no checkpoint at all: start again from scratch
+    lines: list[str] = []
+    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append)
+    assert any("hacpo seed 0: resuming from step 1 of 2" in line for line in lines)
+    assert any("gspo seed 1: no complete checkpoint" in line for line in lines)
+    runs = json.loads((out / "summary.json").read_text())["runs"]
+    statuses = {(r["algorithm"], r["seed"]): r["status"] for r in runs}
+    assert statuses == {("hacpo", 0): "resumed", ("hacpo", 1): "reused", ("gspo", 0): "reused",
+                        ("gspo", 1): "restarted"}
+    for run in (partial, empty):
+        assert (run / "checkpoints" / "step-000002" / "manifest.json").is_file()
+        # the resumed run continues exactly, and the restarted one repeats its seed exactly
+        assert metrics_without_timing(run) == expected[run]
