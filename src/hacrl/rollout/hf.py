@@ -49,18 +49,17 @@ class HFEngine:
             )
         finally:
             model.train(was_training)
-        new_ids = res.sequences[:, width:].cpu()
+        new_ids_RT = res.sequences[:, width:].cpu()
         # scores: one [rows, V] per generated position, after temperature / top-p processing
-        logp_steps = [torch.log_softmax(s.float(), dim=-1).cpu() for s in res.scores]
-        samples = []
-        for r, (prompt_index, _) in enumerate(rows):
-            tokens, logps, finished = [], [], False
-            for t in range(new_ids.shape[1]):
-                tok_id = int(new_ids[r, t])
-                tokens.append(tok_id)
-                logps.append(float(logp_steps[t][r, tok_id]))
-                if tok_id == eos_id:
-                    finished = True
-                    break
-            samples.append(Sample(prompt_index, tuple(tokens), tuple(logps), finished))
-        return samples
+        scores_RTV = torch.stack(res.scores, dim=1).float()
+        logp_RT = (scores_RTV.gather(-1, new_ids_RT[..., None].to(scores_RTV.device)).squeeze(-1)
+                   - torch.logsumexp(scores_RTV, dim=-1)).cpu()
+        is_eos_RT = new_ids_RT == eos_id
+        finished_R = is_eos_RT.any(dim=1)
+        # length up to and including the first EOS, or every generated token
+        length_R = torch.where(finished_R, is_eos_RT.int().argmax(dim=1) + 1, new_ids_RT.shape[1])
+        ids_rows, logp_rows = new_ids_RT.tolist(), logp_RT.tolist()
+        return [
+            Sample(prompt_index, tuple(ids_rows[r][:n]), tuple(logp_rows[r][:n]), bool(done))
+            for r, ((prompt_index, _), n, done) in enumerate(zip(rows, length_R.tolist(), finished_R.tolist()))
+        ]
