@@ -63,17 +63,26 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, expected):
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, args, expected):
+    from hacrl.cli import main
+
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
     if "--preset" not in args and "--config" not in args:
         args = ["--preset", "tiny-test", *args]
-    res = hacrl("train", *args, "--output", str(out), cwd=tmp_path)
-    assert res.returncode == 2, res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hacrl: error:"), res.stderr
+    assert main(["train", *args, "--output", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hacrl: error:"), lines
     assert expected in lines[0]
-    assert "Traceback" not in res.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [["--set", "trainer.stepz=3"], ["--set", "agents.qwen-char.model=/nonexistent"]])
+def test_bad_input_in_a_fresh_process_prints_no_traceback(tmp_path, args):
+    res = hacrl("train", "--preset", "tiny-test", *args, "--output", str(tmp_path / "run"), cwd=tmp_path)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_existing_run_directory_is_refused_unless_resume_or_overwrite(tmp_path):
