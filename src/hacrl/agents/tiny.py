@@ -1,12 +1,14 @@
 """Tiny tokenizers and causal LMs, built locally, for the embedded default (no hub access needed).
 
-- :func:`build_char_tokenizer`: one token per printable ASCII character.
+- :func:`build_char_tokenizer`: one token per character (byte), as a merge-free ``Qwen2Tokenizer``.
 - :func:`build_bpe_tokenizer`: a small BPE trained with ``tokenizers`` on task text, digits always
-  split individually (``Digits(individual_digits=True)``) while other symbols and words may merge.
+  split individually (``Digits(individual_digits=True)``) while other symbols and words may merge,
+  byte fallback for anything outside printable ASCII.
 - :func:`build_model`: a Qwen2-style or Llama-style causal LM of 0.3M–2M parameters from
   :data:`TINY_ARCHS`, made with ``AutoModelForCausalLM.from_config``.
 - :func:`warm_start`: a short supervised phase (teacher forcing on prompt + answer + EOS, loss on
-  answer and EOS tokens only) that brings a model to a *partial* accuracy, so RL has room to work.
+  answer and EOS tokens only) that brings a model to a *partial* accuracy, so RL has room to work;
+  :func:`zero_digit_curriculum` gets it there several times faster on the addition tasks.
 - :func:`greedy_accuracy`: batched, left-padded greedy evaluation on a task's held-out problems.
 - :func:`tiny_agent_path` and :data:`TINY_PAIRS`: the warm-started agents shipped in
   ``hacrl/assets/tiny/`` (made by ``scripts/make_tiny_agents.py``), one pair per kind of
@@ -24,17 +26,18 @@ tokenizers that equals tokenizing the joined text (no token straddles the prompt
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import pathlib
 import random
 import string
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from typing import Any
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
 
 from hacrl.data.tasks import TASKS, Problem, Task
@@ -51,6 +54,7 @@ __all__ = [
     "generate_greedy",
     "tiny_agent_path",
     "warm_start",
+    "zero_digit_curriculum",
 ]
 
 # ---------------------------------------------------------------- shipped agents
@@ -70,7 +74,7 @@ def tiny_agent_path(name: str) -> pathlib.Path:
     root = resources.files("hacrl") / "assets" / "tiny"
     path = pathlib.Path(str(root / name))
     if not (path / "config.json").is_file():
-        names = sorted(p.name for p in pathlib.Path(str(root)).glob("*/config.json")) if root.is_dir() else []
+        names = sorted(p.parent.name for p in pathlib.Path(str(root)).glob("*/config.json"))
         raise FileNotFoundError(f"no tiny agent {name!r} in {root}; shipped: {names or '(none)'} "
                                 "(make them with scripts/make_tiny_agents.py)")
     return path
@@ -80,30 +84,37 @@ def tiny_agent_path(name: str) -> pathlib.Path:
 
 PAD, EOS, BOS, UNK = "<|pad|>", "<|eos|>", "<|bos|>", "<|unk|>"
 SPECIAL_TOKENS = [PAD, EOS, BOS, UNK]
-# printable ASCII plus newline and tab: digits first, so '0'..'9' get ids 4..13 in the char tokenizer
+# printable ASCII plus newline and tab: the BPE's base alphabet (other characters fall back to bytes)
 ALPHABET = [c for c in string.printable if c not in "\r\x0b\x0c"]
 
 
-def _wrap(tok: Tokenizer, model_max_length: int = 512) -> PreTrainedTokenizerFast:
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
-        padding_side="left", model_max_length=model_max_length,
-    )
+def _byte_symbols() -> list[str]:
+    """GPT-2's byte → printable-character map (what ``ByteLevel`` uses), in byte order."""
+    keep = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character of printable ASCII (+ ``\\n``, ``\\t``), 4 special tokens; no BOS added.
+    """Character-level tokenizer for the Qwen2-style agents: a ``Qwen2Tokenizer`` with no merges, so
+    every byte is one token (each ASCII character: one token, id 4 + its code) and any text round-trips
+    exactly. 4 special tokens + 256 bytes = 260 tokens; no BOS is added.
+
+    Why a Qwen2Tokenizer: for a checkpoint whose ``model_type`` is ``qwen2``, transformers 5's
+    ``AutoTokenizer`` rebuilds the tokenizer as ``Qwen2Tokenizer`` (byte-level BPE from the saved vocab
+    and merges) whatever ``tokenizer_config.json`` says, so a custom pipeline would be silently
+    replaced on load (spaces and newlines were dropped). This one is rebuilt identically.
 
     >>> tok = build_char_tokenizer()
     >>> ids = tok("07+85=92", add_special_tokens=False)["input_ids"]
     >>> len(ids), tok.decode(ids)
     (8, '07+85=92')
     """
-    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + ALPHABET)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()  # join characters without the default space between tokens
-    return _wrap(tok)
+    from transformers import Qwen2Tokenizer
+
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + _byte_symbols())}
+    return Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=UNK, bos_token=BOS, eos_token=EOS, pad_token=PAD,
+                          padding_side="left", model_max_length=512)
 
 
 # Short natural-language templates so the BPE learns word merges too (the tasks' prompts are bare
@@ -134,11 +145,12 @@ def task_corpus(task_names: Iterable[str] = ("add2", "add3", "mul1x3", "mixed"),
 
 
 def build_bpe_tokenizer(corpus: Iterable[str] | None = None, *, vocab_size: int = 192) -> PreTrainedTokenizerFast:
-    """A small byte-free BPE: spaces become ``▁`` (Metaspace), digits are split one by one, other
-    characters merge freely. Every printable ASCII character is in the base alphabet (no UNK).
+    """A small Llama-2-style BPE: spaces become ``▁`` (Metaspace), digits are split one by one, other
+    characters merge freely, characters outside printable ASCII fall back to ``<0xNN>`` byte tokens,
+    so any text round-trips exactly. ``vocab_size`` counts the learned part; 256 byte tokens follow.
 
     >>> tok = build_bpe_tokenizer()
-    >>> text = "Question: 07 + 85 = ?\\nAnswer: 92"
+    >>> text = "Question: 07 + 85 = ?\\nAnswer: 92 ☃"
     >>> tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
     True
     """
@@ -147,11 +159,18 @@ def build_bpe_tokenizer(corpus: Iterable[str] | None = None, *, vocab_size: int 
         pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True),
         pre_tokenizers.Digits(individual_digits=True),
     ])
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=ALPHABET + ["▁"], min_frequency=2, show_progress=False)
     tok.train_from_iterator(task_corpus() if corpus is None else corpus, trainer)
-    return _wrap(tok)
+    # rebuild the model with byte fallback: the learned vocab, then <0x00>..<0xFF>
+    learned = json.loads(tok.to_str())["model"]
+    vocab = dict(learned["vocab"])
+    vocab.update({f"<0x{b:02X}>": len(vocab) + b for b in range(256)})
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
+    tok.model = models.BPE(vocab=vocab, merges=merges, unk_token=UNK, byte_fallback=True)
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
+                                   padding_side="left", model_max_length=512)
 
 
 TOKENIZERS: dict[str, Callable[[], PreTrainedTokenizerFast]] = {
@@ -161,24 +180,27 @@ TOKENIZERS: dict[str, Callable[[], PreTrainedTokenizerFast]] = {
 
 # ---------------------------------------------------------------- models
 
-# name -> (config class, keyword arguments). Parameter counts with the char tokenizer (101 tokens).
+# name -> (config class, config keyword arguments). Initialised wider than the HF default (0.02),
+# which in our trials left these narrow models longer on the plateau before the units digit.
+# Warm-start learning rates that worked scale like 1/width: 1e-2 at 64, 6e-3 at 96, 4e-3 at 128
+# (1e-2 at width 128 did not learn in 800 steps).
 TINY_ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
-    "qwen2-small": (Qwen2Config, dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
-                                      num_attention_heads=4, num_key_value_heads=2)),
+    "qwen2-small": (Qwen2Config, dict(hidden_size=64, intermediate_size=320, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1)),
     "qwen2-base": (Qwen2Config, dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                                     num_attention_heads=4, num_key_value_heads=2)),
-    "llama-base": (LlamaConfig, dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                                     num_attention_heads=4, num_key_value_heads=4)),
+                                     num_attention_heads=4, num_key_value_heads=2, initializer_range=0.07)),
+    "llama-base": (LlamaConfig, dict(hidden_size=96, intermediate_size=256, num_hidden_layers=4,
+                                     num_attention_heads=4, num_key_value_heads=4, initializer_range=0.08)),
 }
 
 
 def build_model(arch: str, tokenizer: PreTrainedTokenizerFast, *, seed: int = 0) -> PreTrainedModel:
     """A randomly initialised tiny causal LM ``arch`` (see :data:`TINY_ARCHS`) sized to ``tokenizer``."""
     config_cls, kwargs = TINY_ARCHS[arch]
+    defaults = dict(max_position_embeddings=256, tie_word_embeddings=True)
     config = config_cls(
-        vocab_size=len(tokenizer), max_position_embeddings=256, tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id, **kwargs,
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id, **{**defaults, **kwargs},
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -213,6 +235,21 @@ def sft_batch(tokenizer: PreTrainedTokenizerFast, problems: list[Problem]) -> di
     return {"input_ids": input_ids_BT, "attention_mask": mask_BT, "labels": labels_BT}
 
 
+def zero_digit_curriculum(task: Task, seed: int, *, boost: float = 0.5) -> Iterator[Problem]:
+    """The task's training stream, with problems where an operand ends in 0 oversampled: each other
+    problem is skipped with probability ``boost`` (0: the plain stream).
+
+    The units digit of a sum is (a₁ + b₁) mod 10: knowing one operand alone says nothing about it, so
+    a model gets no gradient toward attending to either until it attends to both, and sits on a
+    plateau. With ``b₁ = 0`` the units digit is ``a₁``, which rewards each half of the circuit.
+    Needs ``meta["a"]`` and ``meta["b"]`` (the arithmetic tasks have them).
+    """
+    rng = random.Random(f"curriculum/{seed}")
+    for p in task.train_problems(seed):
+        if p.meta["a"] % 10 == 0 or p.meta["b"] % 10 == 0 or rng.random() >= boost:
+            yield p
+
+
 def warm_start(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerFast,
@@ -225,16 +262,25 @@ def warm_start(
     warmup_steps: int = 50,
     final_lr_fraction: float = 0.1,
     weight_decay: float = 0.01,
-    callback: Callable[[int, float], None] | None = None,
+    callback: Callable[[int, float], bool | None] | None = None,
+    problems: Iterator[Problem] | None = None,
 ) -> list[float]:
-    """Supervised warm start: ``steps`` AdamW steps on ``task``'s training stream (seeded by ``seed``),
-    linear warm-up then cosine decay to ``final_lr_fraction * lr``. Loss on answer + EOS tokens.
+    """Supervised warm start: up to ``steps`` AdamW steps on ``task``'s training stream (seeded by
+    ``seed``), linear warm-up then cosine decay to ``final_lr_fraction * lr`` (1.0: constant).
+    Loss: mean cross-entropy over the answer and EOS tokens.
 
-    ``callback(step, loss)`` runs after every optimizer step (1-based), e.g. to save snapshots.
-    Returns the per-step losses.
+    ``callback(step, loss)`` runs after every optimizer step (1-based), e.g. to evaluate or save a
+    snapshot; if it returns True, training stops there. ``problems`` replaces the task's training
+    stream (e.g. :func:`zero_digit_curriculum`). Returns the per-step losses.
+
+    On ``add2`` these models first sit on a plateau (right length and mostly right tens digit,
+    units digit near chance, ~5% exact) whose length depends on the seed. In our trials on the
+    plain stream with the HF default init it often lasted past 1000–2000 steps; with
+    :func:`zero_digit_curriculum` (``boost=0.8``) and the wider init of :data:`TINY_ARCHS`, most
+    seeds left it after 200–900 steps (a few later).
     """
     torch.manual_seed(seed)
-    stream = task.train_problems(seed)
+    stream = task.train_problems(seed) if problems is None else problems
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
 
     def lr_at(step: int) -> float:
@@ -255,8 +301,8 @@ def warm_start(
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if callback is not None:
-            callback(step, losses[-1])
+        if callback is not None and callback(step, losses[-1]):
+            break
     model.eval()
     return losses
 
