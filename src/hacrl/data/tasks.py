@@ -25,22 +25,13 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from hacrl.registry import Registry
+from hacrl.types import Problem
 
 __all__ = ["TASKS", "ArithmeticTask", "Problem", "Task", "exact_match", "get_task"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One prompt with its reference answer. ``id`` identifies the problem (not the draw)."""
-
-    id: str
-    prompt: str
-    answer: str
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 @runtime_checkable
