@@ -151,3 +151,20 @@ def test_resume_with_a_changed_training_setting_is_refused(tmp_path):
                      name="run", resume_from=ckpt)
     # the number of steps may change
     assert make_trainer(tmp_path, "trainer.steps=3", "trainer.eval_size=5", name="run", resume_from=ckpt).step_idx == 1
+
+
+def test_rollout_without_kept_scores_gives_the_same_logprobs(tmp_path):
+    """Past its memory budget the hf engine computes log-probs by a forward pass instead of keeping scores."""
+    from hacrl.rollout.hf import HFEngine
+
+    trainer = make_trainer(tmp_path)
+    agent = trainer.agents[1]
+    prompts = [agent.render_prompt(p.prompt) for p in trainer.task.test_problems(5)]
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=5)
+    torch.manual_seed(0)
+    kept = HFEngine().generate(agent, prompts, params)
+    torch.manual_seed(0)
+    forward = HFEngine(scores_budget_bytes=0, forward_batch=4).generate(agent, prompts, params)
+    assert [s.token_ids for s in kept] == [s.token_ids for s in forward]
+    for a, b in zip(kept, forward):
+        torch.testing.assert_close(torch.tensor(a.logps), torch.tensor(b.logps), atol=1e-5, rtol=0)

@@ -3,6 +3,12 @@
 Prompts are left-padded, each repeated ``n`` times; generation stops at the agent's EOS or after
 ``max_new_tokens``. Per-token log-probs come from the processed scores (temperature and top-p applied),
 so at temperature 1 / top-p 1 they equal the training forward pass's log-probs of the same tokens.
+
+``generate(output_scores=True)`` keeps a [rows, vocab] tensor per generated token. When that would
+exceed ``scores_budget_bytes`` (long answers, large vocabularies: 256 rows × 4096 tokens × 150k vocab is
+~600 GB), scores are not kept; the log-probs are then computed by a forward pass over the finished
+sequences in micro-batches — the temperature-1 policy's log-probs, which is what the trainer uses as
+π_old (at other temperatures it recomputes them anyway).
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from hacrl.rollout.base import ENGINES, Sample, SamplingParams
 
 @ENGINES.register("hf")
 class HFEngine:
-    def __init__(self, batch_size: int = 256) -> None:
+    def __init__(self, batch_size: int = 256, scores_budget_bytes: int = 1 << 30, forward_batch: int = 16) -> None:
         self.batch_size = batch_size  # sequences per generate() call, bounds memory
+        self.scores_budget_bytes = scores_budget_bytes
+        self.forward_batch = forward_batch
 
     @torch.no_grad()
     def generate(self, agent: Any, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
@@ -39,21 +47,26 @@ class HFEngine:
         gen_kwargs: dict[str, Any] = {"do_sample": False} if params.greedy else {
             "do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0,
         }
+        keep_scores = len(rows) * params.max_new_tokens * len(tok) * 4 <= self.scores_budget_bytes
         was_training = model.training
         model.eval()
         try:
             res = model.generate(
                 input_ids=ids.to(agent.device), attention_mask=attn.to(agent.device),
                 max_new_tokens=params.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_id,
-                output_scores=True, return_dict_in_generate=True, **gen_kwargs,
+                output_scores=keep_scores, return_dict_in_generate=True, **gen_kwargs,
             )
+            new_ids_RT = res.sequences[:, width:].cpu()
+            if keep_scores:
+                # scores: one [rows, V] per generated position, after temperature / top-p processing
+                scores_RTV = torch.stack(res.scores, dim=1).float()
+                logp_RT = (scores_RTV.gather(-1, new_ids_RT[..., None].to(scores_RTV.device)).squeeze(-1)
+                           - torch.logsumexp(scores_RTV, dim=-1)).cpu()
+                del scores_RTV, res
+            else:
+                logp_RT = self._forward_logprobs(agent, rows, new_ids_RT)
         finally:
             model.train(was_training)
-        new_ids_RT = res.sequences[:, width:].cpu()
-        # scores: one [rows, V] per generated position, after temperature / top-p processing
-        scores_RTV = torch.stack(res.scores, dim=1).float()
-        logp_RT = (scores_RTV.gather(-1, new_ids_RT[..., None].to(scores_RTV.device)).squeeze(-1)
-                   - torch.logsumexp(scores_RTV, dim=-1)).cpu()
         is_eos_RT = new_ids_RT == eos_id
         finished_R = is_eos_RT.any(dim=1)
         # length up to and including the first EOS, or every generated token
@@ -63,3 +76,16 @@ class HFEngine:
             Sample(prompt_index, tuple(ids_rows[r][:n]), tuple(logp_rows[r][:n]), bool(done))
             for r, ((prompt_index, _), n, done) in enumerate(zip(rows, length_R.tolist(), finished_R.tolist()))
         ]
+
+    def _forward_logprobs(self, agent: Any, rows: list[tuple[int, list[int]]], new_ids_RT: torch.Tensor) -> torch.Tensor:
+        """Temperature-1 log-probs of the generated tokens by a forward pass, ``forward_batch`` rows at a time."""
+        from hacrl.agents.agent import token_logprobs
+
+        out = torch.zeros(new_ids_RT.shape, dtype=torch.float32)
+        for start in range(0, len(rows), self.forward_batch):
+            chunk = range(start, min(start + self.forward_batch, len(rows)))
+            batch = agent.batch([rows[r][1] for r in chunk], [new_ids_RT[r].tolist() for r in chunk])
+            logp_BT = token_logprobs(agent.model, batch).cpu()
+            for i, r in enumerate(chunk):
+                out[r] = logp_BT[i][batch.answer_mask_BT[i]]
+        return out
