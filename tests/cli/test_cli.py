@@ -57,6 +57,7 @@ BAD = [
     (["--set", "agents.nobody.lr=1"], "no agent with id 'nobody'"),
     (["--set", "trainer.minibatch_size=7"], "trainer.minibatch_size=7"),
     (["--set", "agents.qwen-char.model=/nonexistent/model"], "agents.qwen-char.model"),
+    (["--set", "agents.qwen-char.model=."], "agents.qwen-char.model"),  # a directory with no model in it
     (["--preset", "no-such-preset"], "unknown"),
     (["--config", "missing.yaml"], "no such file"),
 ]
@@ -102,3 +103,30 @@ def test_invalid_yaml_config(tmp_path):
     bad.write_text("agents: [\n")
     res = hacrl("train", "--config", str(bad), "--output", str(tmp_path / "run"))
     assert res.returncode == 2 and "not valid YAML" in res.stderr
+
+
+def test_disk_full_while_writing_metrics_is_one_line_and_keeps_the_checkpoint(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from hacrl.cli import main
+    from hacrl.report import sinks
+
+    out = tmp_path / "run"
+    real_log = sinks.JsonlSink.log
+
+    def log(self, step, metrics):
+        if step == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        real_log(self, step, metrics)
+
+    monkeypatch.setattr(sinks.JsonlSink, "log", log)
+    args = ["train", "--preset", "tiny-test", "--set", "trainer.steps=3", "--set", "trainer.checkpoint_every=1",
+            "--set", "trainer.eval_size=10", "--output", str(out), "-q"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "disk full" in err[0] and "--resume" in err[0]
+    assert (out / "checkpoints" / "step-000001" / "manifest.json").is_file()
+    monkeypatch.setattr(sinks.JsonlSink, "log", real_log)
+    assert main([*args, "--resume"]) == 0
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 3]

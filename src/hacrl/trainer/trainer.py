@@ -28,6 +28,7 @@ from hacrl.agents.agent import Agent, load_agent, token_logprobs
 from hacrl.config import Config, ConfigError, derive, dump_config
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task
+from hacrl.errors import InputError
 from hacrl.failpoints import failpoint
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import RewardScorer, ScoreResult
@@ -102,6 +103,7 @@ class Trainer:
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
         self.sink = self._make_sinks() if sinks else NullSink()
         self._stop_requested = False
+        self._carried_timings: dict[str, float] = {}
 
     # ---- set-up ---------------------------------------------------------------------------------
     def _make_scorer(self) -> RewardScorer:
@@ -251,8 +253,10 @@ class Trainer:
             logger.warning("step %d: %d answer(s) %s: %s", self.step_idx + 1, stats[f"reward/{kind}"],
                            "timed out" if kind == "timeout" else f"unscorable ({kind})", message)
         if flat and result.ok == 0:
-            raise RuntimeError(f"no answer of step {self.step_idx + 1} could be scored; first problems: "
-                               f"{result.first_message}")
+            reasons = "; ".join(f"{n} {kind}: {result.first_message.get(kind, '')}" for kind, n in
+                                result.counts().items() if n and kind != "ok")
+            raise InputError(f"task.reward: no answer of step {self.step_idx + 1} could be scored ({reasons}); "
+                             f"fix the reward function or raise task.reward_timeout_s")
         trajectories = []
         for (agent, s, text), reward in zip(flat, result.rewards, strict=True):
             trajectories.append(Trajectory(
@@ -378,12 +382,15 @@ class Trainer:
                         evaluation = self.evaluate()
                     metrics.update(evaluation)
                     last_eval = evaluation if final else None
-                if t.checkpoint_every and self.step_idx % t.checkpoint_every == 0 and not final:
-                    with timed(metrics, "checkpoint"):
-                        self.save_checkpoint()
+                metrics.update(self._carried_timings)  # the previous step's checkpoint write
+                self._carried_timings = {}
+                # metrics are written before the checkpoint: a checkpoint implies its step's metrics line
                 self.sink.log(self.step_idx, metrics)
                 if progress:
                     progress(self.step_idx, metrics)
+                if t.checkpoint_every and self.step_idx % t.checkpoint_every == 0 and not final:
+                    with timed(self._carried_timings, "checkpoint"):
+                        self.save_checkpoint()
             path = self.save_checkpoint()
         finally:
             for s, h in handlers.items():
