@@ -105,6 +105,9 @@ class TrainerConfig(_Section):
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward pass")
     eval_every: int = Field(0, ge=0, description="evaluate every E steps (0: only before and after)")
     eval_size: int = Field(500, ge=1, description="held-out problems per evaluation")
+    eval_benchmarks: dict[str, str] = Field(
+        default_factory=dict, description="also evaluate on benchmark files, NAME: PATH (e.g. math500: data/m.jsonl), "
+        "with the paper's prompt and the math reward; eval_size problems of each")
     checkpoint_every: int = Field(0, ge=0, description="checkpoint every C steps (0: only at the end)")
     keep_last: int = Field(2, ge=1, description="checkpoints kept")
     log_samples: int = Field(4, ge=0, description="prompts whose answers are written to samples/ per step")

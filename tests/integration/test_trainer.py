@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -168,3 +169,23 @@ def test_rollout_without_kept_scores_gives_the_same_logprobs(tmp_path):
     assert [s.token_ids for s in kept] == [s.token_ids for s in forward]
     for a, b in zip(kept, forward):
         torch.testing.assert_close(torch.tensor(a.logps), torch.tensor(b.logps), atol=1e-5, rtol=0)
+
+
+def test_evaluation_on_benchmark_files_during_training(tmp_path):
+    fixtures = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "benchmarks"
+    trainer = make_trainer(tmp_path, "trainer.steps=1", "trainer.eval_size=10",
+                           f"trainer.eval_benchmarks.gsm8k={fixtures / 'gsm8k.jsonl'}",
+                           f"trainer.eval_benchmarks.math500={fixtures / 'math500.jsonl'}")
+    result = trainer.train()
+    assert set(result["first"]) == {f"eval/{a.id}/greedy_acc" for a in trainer.agents}
+    records = [json.loads(x) for x in (trainer.run_dir / "eval.jsonl").read_text().splitlines()]
+    benches = {(r["step"], r["agent"], r["benchmark"]) for r in records if "benchmark" in r}
+    assert benches == {(s, a.id, b) for s in (0, 1) for a in trainer.agents for b in ("gsm8k", "math500")}
+    assert all(r["n"] >= 1 and 0.0 <= r["greedy_acc"] <= 1.0 for r in records)
+
+
+def test_a_missing_benchmark_file_is_a_config_error(tmp_path):
+    from hacrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="trainer.eval_benchmarks.gsm8k"):
+        make_trainer(tmp_path, "trainer.eval_benchmarks.gsm8k=/no/such/file.jsonl")

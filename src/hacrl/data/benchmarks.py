@@ -257,3 +257,16 @@ def read_benchmark(name: str, path: str | Path, *, split: str | None = None) -> 
 def load_benchmark(name: str, path: str | Path, *, split: str | None = None) -> list[Problem]:
     """The problems of benchmark ``name`` (in :data:`BENCHMARKS`, loosely matched) read from ``path``."""
     return read_benchmark(name, path, split=split).problems
+
+
+def benchmark_prompts(name: str, path: str | Path, *, n: int | None = None,
+                      template: str | None = None) -> list[Problem]:
+    """Benchmark problems ready to ask: the first ``n`` with the question put into ``template``
+    (default: the paper's "... output the final answer within \\boxed{}."), graded by the math reward."""
+    from dataclasses import replace
+
+    from hacrl.data.datasets import PAPER_TEMPLATE
+
+    template = template or PAPER_TEMPLATE
+    problems = load_benchmark(name, path)[:n]
+    return [replace(p, prompt=template.replace("{question}", p.prompt)) for p in problems]

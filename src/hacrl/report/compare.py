@@ -407,12 +407,12 @@ def _read_eval(run_dir: Path) -> dict[tuple[int, str], float]:
     """(step, agent) → held-out greedy accuracy, from eval.jsonl (metrics.jsonl's eval/* as a fallback)."""
     out: dict[tuple[int, str], float] = {}
     for r in _read_jsonl(run_dir / "eval.jsonl"):
-        if "agent" in r and r.get("greedy_acc") is not None:
+        if "agent" in r and "benchmark" not in r and r.get("greedy_acc") is not None:
             out[int(r["step"]), r["agent"]] = float(r["greedy_acc"])
     if not out:
         for step, m in _read_metrics(run_dir).items():
             for k, v in m.items():
-                if k.startswith("eval/") and k.endswith("/greedy_acc") and v is not None:
+                if k.startswith("eval/") and k.count("/") == 2 and k.endswith("/greedy_acc") and v is not None:
                     out[step, k[5:-11]] = float(v)
     return out
 

@@ -101,6 +101,7 @@ class Trainer:
             self._truncate_logs(self.step_idx)
         self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
+        self.benchmarks = self._load_benchmarks()
         self.sink = self._make_sinks() if sinks else NullSink()
         self._stop_requested = False
         self._carried_timings: dict[str, float] = {}
@@ -340,7 +341,20 @@ class Trainer:
                                     "answers": answers}) + "\n")
 
     # ---- evaluation and checkpoints ---------------------------------------------------------------
+    def _load_benchmarks(self) -> dict[str, tuple[list[Problem], RewardScorer]]:
+        from hacrl.data.benchmarks import benchmark_prompts
+
+        out = {}
+        for name, path in self.cfg.trainer.eval_benchmarks.items():
+            try:
+                problems = benchmark_prompts(name, path, n=self.cfg.trainer.eval_size)
+            except InputError as exc:
+                raise ConfigError(f"trainer.eval_benchmarks.{name}: {exc}") from None
+            out[name] = (problems, RewardScorer("math", timeout_s=self.cfg.task.reward_timeout_s))
+        return out
+
     def evaluate(self) -> dict[str, float]:
+        """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark."""
         out: dict[str, float] = {}
         with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as f:
             for agent in self.agents:
@@ -348,6 +362,11 @@ class Trainer:
                                      max_new_tokens=self.cfg.rollout.max_new_tokens)
                 f.write(json.dumps({"step": self.step_idx, "task": self.cfg.task.name, **res.as_dict()}) + "\n")
                 out[f"eval/{agent.id}/greedy_acc"] = res.greedy_acc
+                for name, (problems, scorer) in self.benchmarks.items():
+                    res = evaluate_agent(agent, problems, _benchmark_score(scorer), self.engine,
+                                         max_new_tokens=self.cfg.rollout.max_new_tokens)
+                    f.write(json.dumps({"step": self.step_idx, "benchmark": name, **res.as_dict()}) + "\n")
+                    out[f"eval/{agent.id}/{name}/greedy_acc"] = res.greedy_acc
         return out
 
     def save_checkpoint(self) -> Path:
@@ -397,6 +416,8 @@ class Trainer:
                 signal.signal(s, h)
             self.sink.close()
             self.scorer.close()
+            for _, scorer in self.benchmarks.values():
+                scorer.close()
         return {"first": self.eval_record(0), "last": last_eval, "checkpoint": path, "stopped": self._stop_requested}
 
     def eval_record(self, step: int) -> dict[str, float] | None:
@@ -407,14 +428,20 @@ class Trainer:
         out = {}
         for line in path.read_text().splitlines():
             rec = json.loads(line)
-            if rec["step"] == step:
+            if rec["step"] == step and "benchmark" not in rec:
                 out[f"eval/{rec['agent']}/greedy_acc"] = rec["greedy_acc"]
         return out or None
+
+
+def _benchmark_score(scorer: RewardScorer) -> Callable[[list[str], list[Problem]], ScoreResult]:
+    return lambda texts, problems: scorer.score(
+        texts, [{**p.meta, "answer": p.answer, "prompt": p.prompt} for p in problems])
 
 
 # Settings that may change between a run and its resumption: they do not change what is trained.
 RESUMABLE_KEYS = {"trainer.steps", "trainer.eval_every", "trainer.eval_size", "trainer.checkpoint_every",
                   "trainer.keep_last", "trainer.log_samples", "trainer.threads", "trainer.micro_batch_size",
+                  "trainer.eval_benchmarks",
                   "run.name", "run.output_dir", "run.tensorboard", "task.reward_timeout_s"}
 
 
