@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh), then run the embedded default: what `make demo` does, for machines without make.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+exec "${VENV:-.venv}/bin/hacrl" train "$@"
