@@ -5,7 +5,8 @@
                 [--json-out PATH]
     hacrl presets [--show NAME] [--fields]
 
-Bad input exits with code 2 and one line naming the field and the fix.
+Bad input exits with code 2 and one line naming the field and the fix; an agent whose worker dies (Ray)
+exits with code 3, naming the agent and the checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -148,32 +149,48 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise
     print(f"hacrl: run directory {run_dir}")
     _print_agents(trainer)
-    with _Progress(trainer, enabled=not args.quiet) as progress:
-        result = trainer.train(progress=progress.update)
+    from hacrl.trainer.backends import AgentFailure
+    from hacrl.trainer.checkpoint import latest_checkpoint
+
+    try:
+        with _Progress(trainer, enabled=not args.quiet) as progress:
+            result = trainer.train(progress=progress.update)
+    except AgentFailure as exc:
+        last = latest_checkpoint(run_dir / "checkpoints")
+        where = f"the last complete checkpoint is {last}; resume with: {_resume_command(args, run_dir)}" if last \
+            else "no checkpoint was written yet (set trainer.checkpoint_every); start the run again"
+        print(f"hacrl: error: step {trainer.step_idx + 1}: {exc}; {where}", file=sys.stderr)
+        return 3
     _print_summary(trainer, result, run_dir)
     if result["stopped"]:
-        print(f"hacrl: stopped at step {trainer.step_idx}; resume with: hacrl train "
-              f"{'--preset ' + args.preset if args.preset else '--config ' + str(args.config) if args.config else ''}"
-              f" --output {run_dir} --resume", file=sys.stderr)
+        print(f"hacrl: stopped at step {trainer.step_idx}; resume with: {_resume_command(args, run_dir)}",
+              file=sys.stderr)
         return 130
     return 0
 
 
+def _resume_command(args: argparse.Namespace, run_dir: Path) -> str:
+    source = f"--preset {args.preset} " if args.preset else f"--config {args.config} " if args.config else ""
+    overrides = "".join(f"--set {o} " for o in args.overrides)
+    return f"hacrl train {source}{overrides}--output {run_dir} --resume"
+
+
 def _print_agents(trainer: Any) -> None:
-    for a in trainer.agents:
-        print(f"  agent {a.id}: {type(a.model).__name__}, {a.num_parameters / 1e6:.2f}M params, "
-              f"vocab {len(a.tokenizer)}, from {a.source}")
+    for a in trainer.agent_info:
+        where = f" on {a['host']}:{a['device']} (pid {a['pid']})" if trainer.cfg.backend.name == "ray" else ""
+        print(f"  agent {a['id']}: {a['model_class']}, {a['parameters'] / 1e6:.2f}M params, "
+              f"vocab {a['vocab']}, from {a['source']}{where}")
 
 
 def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
     first, last = result.get("first"), result.get("last")
     print(f"hacrl: finished {trainer.step_idx} steps of {trainer.cfg.algorithm.name}; "
           f"held-out greedy accuracy on {len(trainer.eval_problems)} {trainer.task.name} problems:")
-    for a in trainer.agents:
-        key = f"eval/{a.id}/greedy_acc"
+    for agent_id in trainer.agent_ids:
+        key = f"eval/{agent_id}/greedy_acc"
         before = f"{first[key]:.3f}" if first else "  -  "
         after = f"{last[key]:.3f}" if last else "  -  "
-        print(f"  {a.id:<20} before {before}  after {after}")
+        print(f"  {agent_id:<20} before {before}  after {after}")
     print(f"hacrl: metrics in {run_dir / 'metrics.jsonl'}, checkpoint {result['checkpoint']}")
 
 
@@ -197,8 +214,8 @@ class _Progress:
         return self
 
     def update(self, step: int, metrics: dict[str, float]) -> None:
-        rewards = "  ".join(f"{a.id} {metrics.get(f'agent/{a.id}/reward', float('nan')):.2f}"
-                            for a in self.trainer.agents)
+        rewards = "  ".join(f"{a} {metrics.get(f'agent/{a}/reward', float('nan')):.2f}"
+                            for a in self.trainer.agent_ids)
         if self._bar is not None:
             self._bar.update(self._task, completed=step, description=f"reward {rewards}")
         elif self.enabled:

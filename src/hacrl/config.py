@@ -47,6 +47,10 @@ class AgentSpec(_Section):
     max_prompt_tokens: int = Field(1024, gt=0)
     max_answer_tokens: int | None = Field(None, gt=0, description="training-view limit; default rollout.max_new_tokens")
     lora: LoraSpec | None = Field(None, description="train LoRA adapters only (peft); KL reference = adapters off")
+    num_cpus: float | None = Field(None, ge=0, description="ray backend: CPUs of this agent's actor "
+                                   "(default backend.num_cpus_per_agent)")
+    num_gpus: float | None = Field(None, ge=0, description="ray backend: GPUs of this agent's actor "
+                                   "(default backend.num_gpus_per_agent)")
 
     @field_validator("id")
     @classmethod
@@ -85,6 +89,9 @@ class RolloutConfig(_Section):
     old_logprobs: Literal["auto", "rollout", "recompute"] = Field(
         "auto", description="π_old source: rollout log-probs (exact at T=1, top-p 1) or a fresh forward pass"
     )
+    engine_options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the engine (vllm: gpu_memory_utilization, "
+        "max_model_len, enable_sleep_mode, ...)")
 
 
 class AlgorithmConfig(_Section):
@@ -114,6 +121,17 @@ class TrainerConfig(_Section):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
 
 
+class BackendConfig(_Section):
+    name: Literal["local", "ray"] = Field("local", description="local: every agent in this process; "
+                                          "ray: one Ray actor per agent")
+    address: str | None = Field(None, description="ray: cluster address ('auto' to join a running one); "
+                                "default: start a local instance")
+    num_cpus_per_agent: float = Field(1.0, ge=0, description="ray: CPUs reserved per agent actor")
+    num_gpus_per_agent: float = Field(0.0, ge=0, description="ray: GPUs per agent actor (fractions share a GPU)")
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None = Field(
+        None, description="ray: reserve all agents' resources at once in a placement group with this strategy")
+
+
 class RunConfig(_Section):
     name: str | None = Field(None, description="run directory name under output_dir; default: preset-time")
     output_dir: str = "runs"
@@ -128,6 +146,7 @@ class Config(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
 
     @model_validator(mode="after")
     def _check(self) -> Config:

@@ -1,8 +1,9 @@
 """Crash injection for fault-tolerance tests: ``HACRL_FAILPOINT=<name>@<step>`` makes the process kill
 itself with SIGKILL when it reaches the named point during that step (no cleanup, like ``kill -9``).
 
-Points: ``rollout`` (after the first agent's rollout), ``update`` (after the first learner's update),
-``checkpoint`` (agents written, checkpoint not yet renamed into place). Unset, a failpoint costs one
+Points: ``rollout`` (after an agent's rollout), ``update`` (after an agent's update), ``checkpoint``
+(agents written, checkpoint not yet renamed into place). ``rollout`` and ``update`` fire in the agent's
+worker: with the local backend that is the trainer (the first agent kills it), on Ray each agent's actor. Unset, a failpoint costs one
 dictionary lookup.
 """
 

@@ -16,6 +16,7 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 64
     greedy: bool = False
+    seed: int | None = None  # engines that seed per request (vLLM) draw from it; ``hf`` uses the torch RNG
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,16 @@ class Sample:
 
 
 class RolloutEngine(Protocol):
+    """An engine generates for one agent. Engines that keep their own copy of the weights (vLLM) also
+    implement the optional hooks below; the worker calls them when present:
+
+    - ``sleep(agent)`` / ``wake_up(agent)``: free / restore the engine's device memory around training,
+      for agents that share a GPU between rollout and training; both idempotent. The worker calls
+      ``sleep`` before its optimizer steps, ``wake_up`` after them and before any generation.
+    - ``sync_weights(agent)``: after each update (engine awake), load the agent's trained weights.
+    - ``close()``: release everything at the end of a run.
+    """
+
     def generate(self, agent: Any, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
         """Return ``params.n`` samples per prompt, ordered prompt-major."""
         ...

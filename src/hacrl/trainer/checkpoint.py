@@ -13,6 +13,7 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,13 @@ def _fsync_tree(root: Path) -> None:
 
 
 def save_checkpoint(
-    ckpt_root: Path, step: int, agents: list[Any], state: dict[str, Any], manifest: dict[str, Any], keep_last: int
+    ckpt_root: Path, step: int, write_agents: Callable[[Path], Any], state: dict[str, Any], manifest: dict[str, Any],
+    keep_last: int,
 ) -> Path:
-    """Write ``step-<step>`` atomically and prune older checkpoints beyond ``keep_last``."""
+    """Write ``step-<step>`` atomically and prune older checkpoints beyond ``keep_last``.
+
+    ``write_agents(tmp)`` writes every agent under ``tmp/agents/<id>`` (the workers do it, wherever they run:
+    on a Ray cluster the run directory must be on a filesystem every node sees)."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     for stale in list(ckpt_root.glob(".tmp-step-*")) + list(ckpt_root.glob(".old-step-*")):
         shutil.rmtree(stale, ignore_errors=True)  # left by a run killed mid-write
@@ -54,8 +59,7 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    for agent in agents:
-        agent.save(tmp / "agents" / agent.id)
+    write_agents(tmp)
     torch.save(state, tmp / STATE)
     (tmp / MANIFEST).write_text(json.dumps({**manifest, "step": step}, indent=2))
     _fsync_tree(tmp)

@@ -43,29 +43,50 @@ def evaluate_agent(
     ``score(texts, problems)`` returns an object with ``.rewards`` (e.g. ``RewardScorer.score``'s result).
     """
     prompts = [agent.render_prompt(p.prompt) for p in problems]
+
+    def answers(params: SamplingParams) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = []
+        for start in range(0, len(prompts), batch_size):
+            samples = engine.generate(agent, prompts[start : start + batch_size], params)
+            texts = agent.decode_answers([list(s.token_ids) for s in samples])
+            out.extend((start + s.prompt_index, text) for s, text in zip(samples, texts, strict=True))
+        return out
+
+    greedy = answers(SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True))
+    sampled = answers(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)) \
+        if k > 0 else None
+    return score_answers(agent.id, problems, greedy, score, sampled=sampled, k=k)
+
+
+def score_answers(
+    agent_id: str,
+    problems: Sequence[Problem],
+    greedy: list[tuple[int, str]],
+    score: Callable[[list[str], list[Problem]], Any],
+    *,
+    sampled: list[tuple[int, str]] | None = None,
+    k: int = 0,
+) -> EvalResult:
+    """Score ``(problem index, answer text)`` pairs: greedy avg@1, and with ``sampled`` (k per problem)
+    avg@k and pass@k. Unscorable answers count as wrong."""
     unscorable = 0
 
-    def run(params: SamplingParams) -> list[list[float]]:
+    def per_problem(answers: list[tuple[int, str]]) -> list[list[float]]:
         nonlocal unscorable
-        per_problem: list[list[float]] = [[] for _ in problems]
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start : start + batch_size]
-            samples = engine.generate(agent, chunk, params)
-            texts = agent.decode_answers([list(s.token_ids) for s in samples])
-            rewards = score(texts, [problems[start + s.prompt_index] for s in samples]).rewards
-            for s, r in zip(samples, rewards, strict=True):
-                unscorable += r is None
-                per_problem[start + s.prompt_index].append(float(r or 0.0))
-        return per_problem
+        out: list[list[float]] = [[] for _ in problems]
+        rewards = score([text for _, text in answers], [problems[i] for i, _ in answers]).rewards
+        for (i, _), r in zip(answers, rewards, strict=True):
+            unscorable += r is None
+            out[i].append(float(r or 0.0))
+        return out
 
-    greedy = run(SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True))
-    greedy_acc = sum(r[0] for r in greedy) / max(len(problems), 1)
-    if k <= 0:
-        return EvalResult(agent.id, len(problems), greedy_acc, unscorable=unscorable)
-    sampled = run(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens))
-    avg = sum(sum(r) / k for r in sampled) / max(len(problems), 1)
-    pas = sum(max(r) >= 1.0 for r in sampled) / max(len(problems), 1)
-    return EvalResult(agent.id, len(problems), greedy_acc, avg, pas, k, unscorable)
+    greedy_acc = sum(r[0] for r in per_problem(greedy)) / max(len(problems), 1)
+    if not sampled:
+        return EvalResult(agent_id, len(problems), greedy_acc, unscorable=unscorable)
+    rows = per_problem(sampled)
+    avg = sum(sum(r) / k for r in rows) / max(len(problems), 1)
+    pas = sum(max(r) >= 1.0 for r in rows) / max(len(problems), 1)
+    return EvalResult(agent_id, len(problems), greedy_acc, avg, pas, k, unscorable)
 
 
 # ---- a suite: agents x benchmarks -------------------------------------------------------------------

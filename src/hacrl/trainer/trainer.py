@@ -4,6 +4,10 @@ One step: data → rollout (every agent answers the same prompts) → reward →
 for each learner: view → advantages → minibatch updates (stepwise index) ; then eval every E steps and
 a checkpoint every C steps. Formulas live in ``hacrl.core``; the per-learner arithmetic in ``learner``.
 
+The trainer is the driver: it owns the data, the rewards, the pool, the capability tracker, the logs and
+the checkpoint files. Each agent's model and optimizer live in an ``AgentWorker`` (``worker``), in this
+process or in a Ray actor (``backends``); only texts and scalars pass between them.
+
 Run it with ``hacrl train`` (see ``hacrl.cli``) or ``Trainer(cfg, run_dir).train()``.
 """
 
@@ -24,22 +28,23 @@ import numpy as np
 import torch
 import yaml
 
-from hacrl.agents.agent import Agent, load_agent, token_logprobs
+from hacrl.agents.agent import Agent
 from hacrl.config import Config, ConfigError, derive, dump_config
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task
 from hacrl.errors import InputError
-from hacrl.failpoints import failpoint
 from hacrl.pool import TrajectoryPool
-from hacrl.rewards import RewardScorer, ScoreResult
 from hacrl.report.sinks import JsonlSink, MultiSink, NullSink, tensorboard_sink
-from hacrl.rollout import SamplingParams, get_engine
-from hacrl.rollout.base import Sample
+from hacrl.rewards import RewardScorer, ScoreResult
+from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
 from hacrl.trainer.algorithms import ALGORITHMS
-from hacrl.trainer.evaluation import evaluate_agent
-from hacrl.trainer.learner import LossSettings, assign_advantages, build_view, minibatches, update_learner
+from hacrl.trainer.backends import AgentFailure, make_backend
+from hacrl.trainer.evaluation import EvalResult, score_answers
+from hacrl.trainer.worker import Rollout, resolve_model_path
 from hacrl.types import Problem, Trajectory
+
+__all__ = ["AgentFailure", "Trainer", "resolve_model_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +56,6 @@ def timed(timings: dict[str, float], name: str) -> Iterator[None]:
         yield
     finally:
         timings[f"timing/{name}"] = timings.get(f"timing/{name}", 0.0) + time.perf_counter() - start
-
-
-def resolve_model_path(spec: str) -> Path:
-    """``builtin:<name>`` → a pretrained model converted from a package's GGUF file (cached on first use,
-    see ``hacrl.agents.gguf``) or a tiny agent shipped in the package; anything else is a directory."""
-    if spec.startswith("builtin:"):
-        from hacrl.agents.gguf import PRETRAINED, pretrained_path
-        from hacrl.agents.tiny import tiny_agent_path
-
-        name = spec.removeprefix("builtin:")
-        return pretrained_path(name) if name in PRETRAINED else tiny_agent_path(name)
-    return Path(spec).expanduser()
 
 
 class Trainer:
@@ -83,26 +76,31 @@ class Trainer:
         self.task = build_task(cfg.task, seed=cfg.run.seed, max_new_tokens=cfg.rollout.max_new_tokens)
         for reason, count in sorted(getattr(self.task, "skipped", {}).items()):
             logger.warning("task %s: skipped %d rows (%s)", cfg.task.name, count, reason)
-        self.scorer = self._make_scorer()
-        try:
-            self.engine = get_engine(cfg.rollout.engine)
-        except KeyError as exc:
-            raise ConfigError(f"rollout.engine: {exc.args[0]}") from None
         self.step_idx = 0
         self.data_pos = 0
         manifest = ckpt.read_manifest(resume_from) if resume_from else None
         if manifest:
             self._check_resume(manifest)
         self._seed_everything(cfg.run.seed)
-        self.agents = [self._load_agent(i, resume_from) for i in range(len(cfg.agents))]
-        self.tracker = CapabilityTracker(len(self.agents), window=cfg.algorithm.capability_window)
+        self.agent_ids = [a.id for a in cfg.agents]
+        self.tracker = CapabilityTracker(len(cfg.agents), window=cfg.algorithm.capability_window)
         if resume_from:
             self._restore(resume_from)
-            self._truncate_logs(self.step_idx)
         self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
         self.benchmarks = self._load_benchmarks()
+        self.scorer = self._make_scorer()
+        try:
+            self.backend = make_backend(cfg, resume_from=resume_from, step=self.step_idx)
+        except BaseException:
+            self.scorer.close()
+            raise
+        self._closed = False
+        self.agent_info: list[dict[str, Any]] = self.backend.call("info")
+        if resume_from:
+            self._truncate_logs(self.step_idx)
         self.sink = self._make_sinks() if sinks else NullSink()
+        self._rollout_metrics: dict[str, float] = {}
         self._stop_requested = False
         self._carried_timings: dict[str, float] = {}
 
@@ -131,33 +129,6 @@ class Trainer:
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
-
-    def _load_agent(self, index: int, resume_from: Path | None) -> Agent:
-        spec = self.cfg.agents[index]
-        path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model)
-        lora = spec.lora.model_dump() if spec.lora else None
-        # a LoRA agent resumes as its base model plus the checkpoint's adapter
-        agent = load_agent(
-            spec.id, index, resolve_model_path(spec.model) if lora else path, lora=lora,
-            adapter_path=path if lora and resume_from else None,
-            dtype=spec.dtype, device=spec.device, template=spec.template,
-            system_prompt=spec.system_prompt, chat_template_kwargs=spec.chat_template_kwargs,
-            max_prompt_tokens=spec.max_prompt_tokens,
-            max_answer_tokens=spec.max_answer_tokens or self.cfg.rollout.max_new_tokens,
-        )
-        agent.source = spec.model
-        agent.configure_optimizer(lr=spec.lr, weight_decay=spec.weight_decay)
-        if spec.kl_coef > 0:
-            if resume_from and (path / "reference").is_dir():
-                from transformers import AutoModelForCausalLM
-
-                ref = AutoModelForCausalLM.from_pretrained(path / "reference", dtype=agent.model.dtype)
-                agent.ref_model = ref.to(agent.device).eval().requires_grad_(False)
-            else:
-                agent.enable_reference()
-        if resume_from:
-            agent.load_optimizer(path)
-        return agent
 
     def _check_resume(self, manifest: dict[str, Any]) -> None:
         mine = [{"id": a.id, "model": a.model} for a in self.cfg.agents]
@@ -199,6 +170,14 @@ class Trainer:
             tmp.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
             tmp.replace(path)
 
+    @property
+    def agents(self) -> list[Agent]:
+        """The agents themselves (local backend only; on Ray they live in their actors)."""
+        workers = getattr(self.backend, "workers", None)
+        if workers is None:
+            raise AttributeError("the ray backend keeps agents in their actors; use trainer.agent_ids / agent_info")
+        return [w.agent for w in workers]
+
     def _make_sinks(self) -> MultiSink:
         sinks: list[Any] = [JsonlSink(self.run_dir / "metrics.jsonl")]
         if self.cfg.run.tensorboard:
@@ -214,15 +193,21 @@ class Trainer:
         self.data_pos += len(batch)
         return batch
 
-    def _rollout(self, problems: list[Problem]) -> dict[int, list[Sample]]:
+    def _rollout(self, problems: list[Problem], timings: dict[str, float] | None = None) -> list[list[Rollout]]:
+        """Every agent answers every prompt (concurrently on Ray); returns each agent's answers."""
         r = self.cfg.rollout
         params = SamplingParams(n=self.derived.group_size, temperature=r.temperature, top_p=r.top_p,
                                 max_new_tokens=r.max_new_tokens)
-        out = {}
-        for a in self.agents:
-            out[a.index] = self.engine.generate(a, [a.render_prompt(p.prompt) for p in problems], params)
-            failpoint("rollout", self.step_idx + 1)
-        return out
+        prompts = [p.prompt for p in problems]
+        results = self.backend.call("rollout", [(prompts, params)] * len(self.agent_ids),
+                                    recompute=self._needs_recompute())
+        self._rollout_metrics = {}
+        for agent_id, (_, m) in zip(self.agent_ids, results, strict=True):
+            busy = m.pop("busy_s")
+            if timings is not None:
+                timings[f"timing/rollout/{agent_id}"] = busy
+            self._rollout_metrics.update({f"agent/{agent_id}/rollout/{k}": v for k, v in m.items()})
+        return [rollouts for rollouts, _ in results]
 
     def _needs_recompute(self) -> bool:
         r = self.cfg.rollout
@@ -230,25 +215,9 @@ class Trainer:
             return r.old_logprobs == "recompute"
         return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0)
 
-    @torch.no_grad()
-    def _recompute_logprobs(self, agent: Agent, problems: list[Problem], samples: list[Sample]) -> list[Sample]:
-        """π_old as the training forward pass sees it (for temperature ≠ 1, top-p < 1 or other engines)."""
-        out = []
-        mb = self.cfg.trainer.micro_batch_size
-        for start in range(0, len(samples), mb):
-            chunk = samples[start : start + mb]
-            batch = agent.batch([agent.render_prompt(problems[s.prompt_index].prompt) for s in chunk],
-                                [list(s.token_ids) for s in chunk])
-            logp_BT = token_logprobs(agent.model, batch).cpu()
-            for i, s in enumerate(chunk):
-                lp = tuple(logp_BT[i][batch.answer_mask_BT[i]].tolist())
-                out.append(Sample(s.prompt_index, s.token_ids, lp, s.finished))
-        return out
-
-    def _score(self, problems: list[Problem], samples: dict[int, list[Sample]]) -> tuple[TrajectoryPool, dict]:
-        flat = [(agent, s, text) for agent in self.agents for s, text in
-                zip(samples[agent.index], agent.decode_answers([list(s.token_ids) for s in samples[agent.index]]))]
-        result = self.score([text for _, _, text in flat], [problems[s.prompt_index] for _, s, _ in flat])
+    def _score(self, problems: list[Problem], rollouts: list[list[Rollout]]) -> tuple[TrajectoryPool, dict]:
+        flat = [(index, r) for index, answers in enumerate(rollouts) for r in answers]
+        result = self.score([r.text for _, r in flat], [problems[r.prompt_index] for _, r in flat])
         stats: dict[str, float] = {f"reward/{kind}": n for kind, n in result.counts().items()}
         for kind, message in result.first_message.items():
             logger.warning("step %d: %d answer(s) %s: %s", self.step_idx + 1, stats[f"reward/{kind}"],
@@ -258,21 +227,16 @@ class Trainer:
                                 result.counts().items() if n and kind != "ok")
             raise InputError(f"task.reward: no answer of step {self.step_idx + 1} could be scored ({reasons}); "
                              f"fix the reward function or raise task.reward_timeout_s")
-        trajectories = []
-        for (agent, s, text), reward in zip(flat, result.rewards, strict=True):
-            trajectories.append(Trajectory(
-                group=s.prompt_index, problem_id=problems[s.prompt_index].id, source=agent.index, text=text,
-                finished=s.finished, reward=reward, logp_sum=float(sum(s.logps)), num_tokens=len(s.token_ids),
-                token_ids=s.token_ids, token_logps=s.logps))
-        for agent in self.agents:
-            stats[f"agent/{agent.id}/unscorable"] = sum(
-                t.reward is None for t in trajectories if t.source == agent.index)
+        # tokenizer-neutral: each worker keeps its own token ids and log-probs from rollout to update
+        trajectories = [
+            Trajectory(group=r.prompt_index, problem_id=problems[r.prompt_index].id, source=index, text=r.text,
+                       finished=r.finished, reward=reward, logp_sum=r.logp_sum, num_tokens=r.num_tokens,
+                       token_ids=(), token_logps=())
+            for (index, r), reward in zip(flat, result.rewards, strict=True)]
+        for index, agent_id in enumerate(self.agent_ids):
+            stats[f"agent/{agent_id}/unscorable"] = sum(
+                t.reward is None for t in trajectories if t.source == index)
         return TrajectoryPool(problems, trajectories), stats
-
-    def _loss_settings(self, agent: Agent) -> LossSettings:
-        a = self.cfg.algorithm
-        return LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
-                            self.cfg.agents[agent.index].kl_coef)
 
     def step(self) -> dict[str, float]:
         """One training step; returns its metrics."""
@@ -280,30 +244,25 @@ class Trainer:
         with timed(timings, "data"):
             problems = self._next_problems()
         with timed(timings, "rollout"):
-            samples = self._rollout(problems)
-        if self._needs_recompute():
-            with timed(timings, "old_logprobs"):
-                samples = {a.index: self._recompute_logprobs(a, problems, samples[a.index]) for a in self.agents}
+            rollouts = self._rollout(problems, timings)
         with timed(timings, "reward"):
-            pool, metrics = self._score(problems, samples)
+            pool, metrics = self._score(problems, rollouts)
+        metrics.update(self._rollout_metrics)
         with timed(timings, "capability"):
             rewards, sources = pool.rewards_and_sources()
             step_rate = self.tracker.update(rewards, sources)
             capability, omega = self.tracker.capability, self.tracker.omega_matrix()
-        prompts = {i: p.prompt for i, p in enumerate(problems)}
-        for agent in self.agents:
-            with timed(timings, f"update/{agent.id}"):
-                rows = build_view(agent, pool, self.algo, prompts)
-                assign_advantages(rows, agent.index, self.algo, omega, capability)
-                mbs = minibatches(rows, self.derived.minibatch_size, self.derived.rows_per_prompt,
-                                  seed=self.cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
-                loss_metrics = update_learner(agent, mbs, self.algo, self._loss_settings(agent),
-                                              micro_batch_size=self.cfg.trainer.micro_batch_size,
-                                              grad_clip=self.cfg.agents[agent.index].grad_clip)
-            failpoint("update", self.step_idx + 1)
-            metrics.update({f"agent/{agent.id}/{k}": v for k, v in loss_metrics.items()})
-            metrics[f"agent/{agent.id}/optimizer_steps"] = len(mbs)
-            metrics[f"agent/{agent.id}/truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
+        d = self.derived
+        with timed(timings, "update"):
+            results = self.backend.call("update", [(pool, omega, capability, d.minibatch_size,
+                                                    d.rows_per_prompt)] * len(self.agent_ids))
+        for agent_id, loss_metrics in zip(self.agent_ids, results, strict=True):
+            timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
+            metrics.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
+        for phase in ("rollout", "update"):
+            # >1: agents worked at the same time (Ray, own devices); 1: one after the other
+            busy = sum(timings[f"timing/{phase}/{a}"] for a in self.agent_ids)
+            timings[f"timing/{phase}_overlap"] = busy / max(timings[f"timing/{phase}"], 1e-9)
         self.step_idx += 1
         metrics.update(self._pool_metrics(pool, step_rate, capability, omega))
         metrics.update(timings)
@@ -312,17 +271,17 @@ class Trainer:
 
     def _pool_metrics(self, pool: TrajectoryPool, rate, capability, omega) -> dict[str, float]:
         out: dict[str, float] = {"pool/size": len(pool)}
-        for a in self.agents:
-            own = [t for t in pool.trajectories if t.source == a.index]
+        for i, a in enumerate(self.agent_ids):
+            own = [t for t in pool.trajectories if t.source == i]
             scored = [t.reward for t in own if t.reward is not None]
-            out[f"agent/{a.id}/reward"] = sum(scored) / max(len(scored), 1)
-            out[f"agent/{a.id}/accuracy"] = sum(r >= 1.0 for r in scored) / max(len(scored), 1)
-            out[f"agent/{a.id}/capability"] = float(capability[a.index])
-            out[f"agent/{a.id}/answer_tokens"] = sum(t.num_tokens for t in own) / max(len(own), 1)
-            out[f"agent/{a.id}/finished_frac"] = sum(t.finished for t in own) / max(len(own), 1)
-            for b in self.agents:
-                if b.index != a.index:
-                    out[f"agent/{a.id}/omega/{b.id}"] = float(omega[a.index, b.index])
+            out[f"agent/{a}/reward"] = sum(scored) / max(len(scored), 1)
+            out[f"agent/{a}/accuracy"] = sum(r >= 1.0 for r in scored) / max(len(scored), 1)
+            out[f"agent/{a}/capability"] = float(capability[i])
+            out[f"agent/{a}/answer_tokens"] = sum(t.num_tokens for t in own) / max(len(own), 1)
+            out[f"agent/{a}/finished_frac"] = sum(t.finished for t in own) / max(len(own), 1)
+            for j, b in enumerate(self.agent_ids):
+                if j != i:
+                    out[f"agent/{a}/omega/{b}"] = float(omega[i, j])
         return out
 
     def _write_samples(self, pool: TrajectoryPool) -> None:
@@ -335,7 +294,7 @@ class Trainer:
         with open(path, "w", encoding="utf-8") as f:
             for g in sorted(groups)[:n]:
                 p = pool.problems[g]
-                answers = [{"agent": self.agents[t.source].id, "text": t.text, "reward": t.reward,
+                answers = [{"agent": self.agent_ids[t.source], "text": t.text, "reward": t.reward,
                             "finished": t.finished} for t in groups[g]]
                 f.write(json.dumps({"problem_id": p.id, "prompt": p.prompt, "answer": p.answer,
                                     "answers": answers}) + "\n")
@@ -354,19 +313,22 @@ class Trainer:
         return out
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark."""
+        """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark
+        (the agents generate concurrently on Ray; the answers are scored here)."""
+        params = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens, greedy=True)
+        suites = [(None, self.eval_problems, self.score)]
+        suites += [(name, problems, _benchmark_score(scorer)) for name, (problems, scorer) in self.benchmarks.items()]
+        answers = [self.backend.call("generate_texts", [([p.prompt for p in problems], params)] * len(self.agent_ids))
+                   for _, problems, _ in suites]
         out: dict[str, float] = {}
         with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as f:
-            for agent in self.agents:
-                res = evaluate_agent(agent, self.eval_problems, self.score, self.engine,
-                                     max_new_tokens=self.cfg.rollout.max_new_tokens)
-                f.write(json.dumps({"step": self.step_idx, "task": self.cfg.task.name, **res.as_dict()}) + "\n")
-                out[f"eval/{agent.id}/greedy_acc"] = res.greedy_acc
-                for name, (problems, scorer) in self.benchmarks.items():
-                    res = evaluate_agent(agent, problems, _benchmark_score(scorer), self.engine,
-                                         max_new_tokens=self.cfg.rollout.max_new_tokens)
-                    f.write(json.dumps({"step": self.step_idx, "benchmark": name, **res.as_dict()}) + "\n")
-                    out[f"eval/{agent.id}/{name}/greedy_acc"] = res.greedy_acc
+            for i, agent_id in enumerate(self.agent_ids):
+                for (name, problems, score), per_agent in zip(suites, answers, strict=True):
+                    res: EvalResult = score_answers(agent_id, problems, per_agent[i], score)
+                    where = {"task": self.cfg.task.name} if name is None else {"benchmark": name}
+                    f.write(json.dumps({"step": self.step_idx, **where, **res.as_dict()}) + "\n")
+                    key = f"eval/{agent_id}/greedy_acc" if name is None else f"eval/{agent_id}/{name}/greedy_acc"
+                    out[key] = res.greedy_acc
         return out
 
     def save_checkpoint(self) -> Path:
@@ -374,8 +336,11 @@ class Trainer:
                  "rng": ckpt.rng_state()}
         manifest = {"agents": [{"id": a.id, "model": a.model} for a in self.cfg.agents],
                     "algorithm": self.cfg.algorithm.name}
-        return ckpt.save_checkpoint(self.run_dir / "checkpoints", self.step_idx, self.agents, state, manifest,
-                                    self.cfg.trainer.keep_last)
+        ids = self.agent_ids
+        return ckpt.save_checkpoint(
+            self.run_dir / "checkpoints", self.step_idx,
+            lambda tmp: self.backend.call("save", [(tmp / "agents" / i,) for i in ids]),
+            state, manifest, self.cfg.trainer.keep_last)
 
     # ---- the loop -------------------------------------------------------------------------------
     def _request_stop(self, signum: int, _frame: Any) -> None:
@@ -414,11 +379,18 @@ class Trainer:
         finally:
             for s, h in handlers.items():
                 signal.signal(s, h)
-            self.sink.close()
-            self.scorer.close()
-            for _, scorer in self.benchmarks.values():
-                scorer.close()
+            self.close()
         return {"first": self.eval_record(0), "last": last_eval, "checkpoint": path, "stopped": self._stop_requested}
+
+    def close(self) -> None:
+        """Release the workers (Ray actors), reward workers and log files; safe to call twice."""
+        self.sink.close()
+        self.scorer.close()
+        for _, scorer in self.benchmarks.values():
+            scorer.close()
+        if not self._closed:
+            self._closed = True
+            self.backend.close()
 
     def eval_record(self, step: int) -> dict[str, float] | None:
         """The evaluation logged at ``step`` (from eval.jsonl), as ``{eval/<id>/greedy_acc: value}``."""

@@ -1,0 +1,265 @@
+"""One agent's side of training: everything the agent owns, behind a message interface that carries
+only tokenizer-neutral data, so that it runs the same in the trainer's process (``local`` backend) or
+in its own Ray actor on its own devices (``ray`` backend).
+
+An ``AgentWorker`` owns the model, tokenizer, optimizer, optional reference model, rollout engine and
+its own random stream. In and out go problem texts, answer texts and scalars (``Rollout``), the step's
+pool without token ids, ω and capabilities, and metrics. The worker keeps its own answers' token ids and
+rollout log-probs from ``rollout`` to ``update`` itself: they never leave it.
+
+Each worker samples from its own seeded torch RNG stream (swapped in around generation), so an agent's
+answers do not depend on which other agents ran before it in the same process: the local and the Ray
+backend draw the same samples for the same seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hacrl.agents.agent import Agent, load_agent, token_logprobs
+from hacrl.config import Config, ConfigError
+from hacrl.failpoints import failpoint
+from hacrl.pool import TrajectoryPool
+from hacrl.rollout import SamplingParams, get_engine
+from hacrl.rollout.base import Sample
+from hacrl.trainer.algorithms import ALGORITHMS
+from hacrl.trainer.learner import LossSettings, assign_advantages, build_view, minibatches, update_learner
+
+RNG_FILE = "rng.pt"
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One answer as it leaves its worker: text and scalars."""
+
+    prompt_index: int
+    text: str
+    finished: bool
+    logp_sum: float
+    num_tokens: int
+
+
+def resolve_model_path(spec: str) -> Path:
+    """``builtin:<name>`` → a pretrained model converted from a package's GGUF file (cached on first use,
+    see ``hacrl.agents.gguf``) or a tiny agent shipped in the package; anything else is a directory."""
+    if spec.startswith("builtin:"):
+        from hacrl.agents.gguf import PRETRAINED, pretrained_path
+        from hacrl.agents.tiny import tiny_agent_path
+
+        name = spec.removeprefix("builtin:")
+        return pretrained_path(name) if name in PRETRAINED else tiny_agent_path(name)
+    return Path(spec).expanduser()
+
+
+def agent_seed(run_seed: int, index: int) -> int:
+    """The seed of agent ``index``'s sampling stream."""
+    return (run_seed * 1_000_003 + 7919 * (index + 1)) % (2**63 - 1)
+
+
+class AgentWorker:
+    """One agent of the run ``cfg`` (the ``index``-th of ``cfg.agents``); ``resume_from`` a checkpoint.
+
+    ``env`` is set in the worker's process first (the Ray backend forwards ``HACRL_FAILPOINT`` with it)."""
+
+    def __init__(self, cfg: Config, index: int, *, resume_from: Path | None = None, step: int = 0,
+                 env: dict[str, str] | None = None, threads: int | None = None) -> None:
+        os.environ.update(env or {})
+        if threads:
+            torch.set_num_threads(threads)
+        self.cfg = cfg
+        self.index = index
+        self.spec = cfg.agents[index]
+        self.algo = ALGORITHMS.get(cfg.algorithm.name)
+        try:
+            self.engine = get_engine(cfg.rollout.engine, **cfg.rollout.engine_options)
+        except KeyError as exc:
+            raise ConfigError(f"rollout.engine: {exc.args[0]}") from None
+        self.agent = self._load(resume_from)
+        self._rng = torch.Generator().manual_seed(agent_seed(cfg.run.seed, index)).get_state()
+        if resume_from and (resume_from / "agents" / self.spec.id / RNG_FILE).is_file():
+            self._rng = torch.load(resume_from / "agents" / self.spec.id / RNG_FILE, weights_only=True)
+        self._own: list[Sample] = []  # this step's own answers, kept from rollout to update
+        self.step_idx = step
+
+    def _load(self, resume_from: Path | None) -> Agent:
+        spec, cfg = self.spec, self.cfg
+        path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model)
+        lora = spec.lora.model_dump() if spec.lora else None
+        # a LoRA agent resumes as its base model plus the checkpoint's adapter
+        agent = load_agent(
+            spec.id, self.index, resolve_model_path(spec.model) if lora else path, lora=lora,
+            adapter_path=path if lora and resume_from else None,
+            dtype=spec.dtype, device=spec.device, template=spec.template,
+            system_prompt=spec.system_prompt, chat_template_kwargs=spec.chat_template_kwargs,
+            max_prompt_tokens=spec.max_prompt_tokens,
+            max_answer_tokens=spec.max_answer_tokens or cfg.rollout.max_new_tokens,
+        )
+        agent.source = spec.model
+        agent.configure_optimizer(lr=spec.lr, weight_decay=spec.weight_decay)
+        if spec.kl_coef > 0:
+            if resume_from and (path / "reference").is_dir():
+                from transformers import AutoModelForCausalLM
+
+                ref = AutoModelForCausalLM.from_pretrained(path / "reference", dtype=agent.model.dtype)
+                agent.ref_model = ref.to(agent.device).eval().requires_grad_(False)
+            else:
+                agent.enable_reference()
+        if resume_from:
+            agent.load_optimizer(path)
+        return agent
+
+    # ---- messages -------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        a = self.agent
+        return {"id": a.id, "index": a.index, "model_class": type(a.model).__name__,
+                "parameters": a.num_parameters, "trainable": a.num_trainable, "vocab": len(a.tokenizer),
+                "source": a.source, "device": str(a.device), "host": socket.gethostname(), "pid": os.getpid()}
+
+    @contextlib.contextmanager
+    def _own_rng(self) -> Iterator[None]:
+        """Run with this agent's CPU random stream (and a derived CUDA one), leaving the global one as it was."""
+        device = self.agent.device
+        cuda = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.set_rng_state(self._rng)
+            if cuda:
+                torch.cuda.manual_seed(int(torch.randint(0, 2**62, (1,))))
+            yield
+            self._rng = torch.get_rng_state()
+
+    def rollout(self, prompts: list[str], params: SamplingParams, *, recompute: bool) -> tuple[list[Rollout], dict]:
+        """``params.n`` answers to each prompt. With ``recompute``, π_old is the training forward pass's
+        log-probs and the gap to the engine's is returned as metrics (rollout/training mismatch)."""
+        start = time.perf_counter()
+        self._wake_up()
+        rendered = [self.agent.render_prompt(p) for p in prompts]
+        with self._own_rng():
+            params = dataclasses.replace(params, seed=int(torch.randint(0, 2**31 - 1, (1,))))
+            samples = self.engine.generate(self.agent, rendered, params)
+        failpoint("rollout", self.step_idx + 1)
+        metrics: dict[str, float] = {}
+        if recompute:
+            recomputed = self._recompute_logprobs(rendered, samples)
+            metrics.update(logprob_gap(samples, recomputed))
+            samples = recomputed
+        self._own = samples
+        texts = self.agent.decode_answers([list(s.token_ids) for s in samples])
+        out = [Rollout(s.prompt_index, text, s.finished, float(sum(s.logps)), len(s.token_ids))
+               for s, text in zip(samples, texts, strict=True)]
+        metrics["busy_s"] = time.perf_counter() - start
+        return out, metrics
+
+    @torch.no_grad()
+    def _recompute_logprobs(self, rendered: list[list[int]], samples: list[Sample]) -> list[Sample]:
+        """π_old as the training forward pass sees it (temperature ≠ 1, top-p < 1, or another engine)."""
+        out = []
+        mb = self.cfg.trainer.micro_batch_size
+        agent = self.agent
+        for start in range(0, len(samples), mb):
+            chunk = samples[start : start + mb]
+            batch = agent.batch([rendered[s.prompt_index] for s in chunk], [list(s.token_ids) for s in chunk])
+            logp_BT = token_logprobs(agent.model, batch).cpu()
+            for i, s in enumerate(chunk):
+                lp = tuple(logp_BT[i][batch.answer_mask_BT[i]].tolist())
+                out.append(Sample(s.prompt_index, s.token_ids, lp, s.finished))
+        return out
+
+    def update(self, pool: TrajectoryPool, omega_NN: torch.Tensor, capability_N: torch.Tensor,
+               minibatch_size: int, rows_per_prompt: int) -> dict[str, float]:
+        """Train on the step's pool; the worker's own answers get back their token ids and log-probs."""
+        start = time.perf_counter()
+        pool = self._with_own_tokens(pool)
+        agent, cfg = self.agent, self.cfg
+        prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
+        rows = build_view(agent, pool, self.algo, prompts)
+        assign_advantages(rows, agent.index, self.algo, omega_NN, capability_N)
+        mbs = minibatches(rows, minibatch_size, rows_per_prompt,
+                          seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
+        a = cfg.algorithm
+        settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
+                                self.spec.kl_coef)
+        self._sleep_engine_for_training()
+        metrics = update_learner(agent, mbs, self.algo, settings, micro_batch_size=cfg.trainer.micro_batch_size,
+                                 grad_clip=self.spec.grad_clip)
+        self._wake_up()
+        sync = getattr(self.engine, "sync_weights", None)
+        if sync is not None:
+            sync(agent)
+        self.step_idx += 1
+        failpoint("update", self.step_idx)
+        metrics["optimizer_steps"] = len(mbs)
+        metrics["truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
+        metrics["busy_s"] = time.perf_counter() - start
+        return metrics
+
+    def _with_own_tokens(self, pool: TrajectoryPool) -> TrajectoryPool:
+        own_positions = [i for i, t in enumerate(pool.trajectories) if t.source == self.index]
+        if len(own_positions) != len(self._own):
+            raise RuntimeError(f"agent {self.spec.id}: the pool holds {len(own_positions)} of its answers, "
+                               f"it generated {len(self._own)} (update without a matching rollout)")
+        trajectories = list(pool.trajectories)
+        for i, s in zip(own_positions, self._own, strict=True):
+            t = trajectories[i]
+            if t.group != s.prompt_index or t.num_tokens != len(s.token_ids):
+                raise RuntimeError(f"agent {self.spec.id}: pool answer {i} does not match its rollout")
+            trajectories[i] = dataclasses.replace(t, token_ids=s.token_ids, token_logps=s.logps)
+        return TrajectoryPool(pool.problems, trajectories)
+
+    def generate_texts(self, prompts: list[str], params: SamplingParams, batch_size: int = 256) -> list[tuple[int, str]]:
+        """(prompt index, answer text) for evaluation, ``batch_size`` prompts per engine call."""
+        self._wake_up()
+        out: list[tuple[int, str]] = []
+        with self._own_rng():
+            for start in range(0, len(prompts), batch_size):
+                rendered = [self.agent.render_prompt(p) for p in prompts[start : start + batch_size]]
+                samples = self.engine.generate(self.agent, rendered, params)
+                texts = self.agent.decode_answers([list(s.token_ids) for s in samples])
+                out.extend((start + s.prompt_index, text) for s, text in zip(samples, texts, strict=True))
+        return out
+
+    def save(self, path: Path) -> None:
+        """Weights, tokenizer, optimizer (and reference) plus this worker's random stream."""
+        self.agent.save(path)
+        torch.save(self._rng, path / RNG_FILE)
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+    # ---- engines that hold device memory of their own ----------------------------------------------
+    def _sleep_engine_for_training(self) -> None:
+        sleep = getattr(self.engine, "sleep", None)
+        if sleep is not None:
+            sleep(self.agent)
+
+    def _wake_up(self) -> None:
+        wake = getattr(self.engine, "wake_up", None)
+        if wake is not None:
+            wake(self.agent)
+
+
+def logprob_gap(engine: list[Sample], trained: list[Sample]) -> dict[str, float]:
+    """How far the engine's per-token log-probs are from the training forward pass's, over all tokens:
+    mean and max |Δ|, and the mean |exp(mean Δ) − 1| of the sequence-level ratio GSPO would see."""
+    total, count, worst, seq_dev = 0.0, 0, 0.0, 0.0
+    for a, b in zip(engine, trained, strict=True):
+        if not a.logps:
+            continue
+        diff = torch.tensor(b.logps, dtype=torch.float64) - torch.tensor(a.logps, dtype=torch.float64)
+        total += float(diff.abs().sum())
+        count += diff.numel()
+        worst = max(worst, float(diff.abs().max()))
+        seq_dev += abs(float(torch.exp(diff.mean())) - 1.0)
+    n = sum(1 for a in engine if a.logps)
+    return {"logp_gap_mean": total / max(count, 1), "logp_gap_max": worst, "seq_ratio_dev": seq_dev / max(n, 1)}
