@@ -10,14 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hacrl.data.datasets import (
-    PAPER_TEMPLATE,
-    DatasetTask,
-    LoadResult,
-    load_problems,
-    make_dataset_task,
-    reasoning_gym_task,
-)
+from hacrl.data.datasets import PAPER_TEMPLATE, DatasetTask, load_problems, make_dataset_task
+from hacrl.data.gym import reasoning_gym_task
+from hacrl.data.rows import LoadResult
 from hacrl.errors import InputError
 from hacrl.types import Problem
 
@@ -166,7 +161,7 @@ def test_missing_optional_packages_say_what_to_install(tmp_path, monkeypatch):
 
 
 def test_import_is_light():
-    code = ("import sys, hacrl.data.datasets, hacrl.data.benchmarks; "
+    code = ("import sys, hacrl.data.rows, hacrl.data.datasets, hacrl.data.gym, hacrl.data.benchmarks; "
             "print(sorted(m for m in ('datasets', 'pyarrow', 'reasoning_gym') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from hacrl.config import ConfigError
-from hacrl.report.compare import paired_difference, parse_algos, parse_seeds, run_comparison
+from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
 from hacrl.report.compare_cli import add_compare_parser, cmd_compare
+from hacrl.report.stats import paired_difference
 
 try:
     import scipy  # noqa: F401

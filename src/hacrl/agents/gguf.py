@@ -184,7 +184,8 @@ def _smollm2_sft() -> Path:
 
     from hacrl.agents.agent import load_agent
     from hacrl.agents.lora import finetune_lora
-    from hacrl.data.datasets import PAPER_TEMPLATE, _require
+    from hacrl.data.datasets import PAPER_TEMPLATE
+    from hacrl.data.rows import require_extra as _require
 
     rg = _require("reasoning_gym", "gym", f"builtin:{SMOLLM2_SFT}")
     start, r = time.perf_counter(), SFT_RECIPE

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hacrl.data.datasets import MISSING, LoadResult, SkipRow, answer_text, get_field, iter_rows
+from hacrl.data.rows import MISSING, LoadResult, SkipRow, answer_text, get_field, iter_rows
 from hacrl.errors import InputError
 from hacrl.registry import Registry
 from hacrl.types import Problem

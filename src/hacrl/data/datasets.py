@@ -1,23 +1,24 @@
-"""Problems from local data files, and a Task over them (plus an optional reasoning-gym source).
+"""Problems from local data files, and a Task over them.
 
 - :func:`load_problems` reads ``.jsonl``, ``.json`` (a list or ``{"data": [...]}``), ``.parquet``, or a
-  directory written by ``datasets.Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` (pick ``split``).
-  Field names may be dotted paths (``reward_model.ground_truth``). verl's parquet layout (``prompt`` =
-  chat messages, ``reward_model.ground_truth``, ``data_source``) is detected when the default field
-  names are not in the rows. Bad rows are skipped and counted by reason; no usable row is an
+  directory written by ``datasets.Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` (pick ``split``),
+  through :func:`hacrl.data.rows.iter_rows`. Field names may be dotted paths
+  (``reward_model.ground_truth``). verl's parquet layout (``prompt`` = chat messages,
+  ``reward_model.ground_truth``, ``data_source``) is detected when the default field names are not in
+  the rows. Bad rows are skipped and counted by reason; no usable row is an
   :class:`~hacrl.errors.InputError` whose one-line message names the file, the fields, the counts and
   the fix.
 - :class:`DatasetTask` implements the Task protocol over a train list and a test list (given, or a
   seeded held-out fraction of the train list: disjoint by construction). :func:`make_dataset_task`
   builds one from paths, for the config layer.
-- :func:`reasoning_gym_task` wraps ``reasoning_gym.create_dataset`` (extra ``hacrl[gym]``).
+- The reasoning-gym source (extra ``hacrl[gym]``) is :func:`hacrl.data.gym.reasoning_gym_task`.
 
 ``Problem.prompt`` from :func:`load_problems` is the bare question; :class:`DatasetTask` renders it
 with the prompt template (default: the paper's, below). verl prompts are already full prompts: they
 carry ``meta["templated"] = True`` and the default template leaves them as they are.
 
 Only the standard library is imported here; ``datasets``/``pyarrow`` (extra ``hacrl[data]``) are
-imported by the readers that need them.
+imported by the readers in :mod:`hacrl.data.rows` that need them.
 
 >>> task = DatasetTask([Problem("a", "1+1?", "2"), Problem("b", "2+2?", "4")], test_fraction=0.5)
 >>> len(task.test_problems()), task.test_problems()[0].prompt.endswith("within \\\\boxed{}.")
@@ -26,224 +27,28 @@ imported by the readers that need them.
 
 from __future__ import annotations
 
-import difflib
 import functools
-import importlib
-import json
 import logging
-import math
 import random
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hacrl.data.rows import MAX_LINE_BYTES, LoadResult, SkipRow, answer_text, get_field, iter_rows
 from hacrl.errors import InputError
 from hacrl.types import Problem
 
-__all__ = ["MAX_LINE_BYTES", "PAPER_TEMPLATE", "DatasetTask", "LoadResult", "ReasoningGymTask", "SkipRow",
-           "answer_text", "get_field", "iter_rows", "load_problems", "make_dataset_task",
-           "reasoning_gym_task"]
+__all__ = ["PAPER_TEMPLATE", "DatasetTask", "check_template", "load_problems", "make_dataset_task",
+           "seeded_order"]
 
 logger = logging.getLogger(__name__)
 
 PAPER_TEMPLATE = "{question} Let's think step by step and output the final answer within \\boxed{}."
-MAX_LINE_BYTES = 1 << 20  # a jsonl line longer than this (1 MiB) is skipped as "line_too_long"
 
 
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()  # what get_field returns for an absent (or null) field
-_HF_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
-_FORMATS = ".jsonl, .json, .parquet or a directory saved with datasets' save_to_disk"
-
-
-class SkipRow(Exception):
-    """Raised by a row parser: skip this row and count it under ``reason``."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    """The usable problems of a file and, per reason, how many rows were skipped."""
-
-    problems: list[Problem]
-    skipped: dict[str, int] = field(default_factory=dict)
-
-
-# ---- reading rows -----------------------------------------------------------------------------------
-def _require(module: str, extra: str, why: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise InputError(f"{why} needs the optional package {module.split('.')[0]!r} ({exc}); "
-                         f"fix: pip install 'hacrl[{extra}]'") from None
-
-
-def iter_rows(path: str | Path, *, split: str | None = None,
-              max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[dict[str, Any] | str]:
-    """Yield each row of a data file as a dict, or a skip reason (str) for a row that cannot be read.
-
-    A missing path, an unknown format or a file that cannot be parsed at all is an InputError.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"data file not found: {p}; fix: check the path (relative paths start at "
-                         f"{Path.cwd()})")
-    try:
-        if p.is_dir():
-            yield from _hf_rows(p, split)
-        elif p.name.endswith(".jsonl"):
-            yield from _jsonl_rows(p, max_line_bytes)
-        elif p.suffix == ".json":
-            yield from _json_rows(p, max_line_bytes)
-        elif p.suffix == ".parquet":
-            yield from _parquet_rows(p)
-        else:
-            raise InputError(f"cannot read {p}: unknown format {p.suffix or '(no suffix)'!r}; "
-                             f"give a {_FORMATS}")
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}; fix: check the path and its "
-                         f"permissions") from None
-    if split is not None and not p.is_dir():
-        logger.warning("split=%r ignored: %s is a single file, not a saved DatasetDict", split, p)
-
-
-def _jsonl_rows(path: Path, limit: int) -> Iterator[dict[str, Any] | str]:
-    with path.open("rb") as f:
-        first = True
-        while raw := f.readline(limit + 2):  # +2 leaves room for "\r\n"
-            too_long = len(raw.rstrip(b"\r\n")) > limit
-            while not raw.endswith(b"\n"):  # cut at the limit (or the last line): read on to its end
-                raw = f.readline(1 << 20)
-                too_long = too_long or bool(raw)
-                if not raw:
-                    break
-            if too_long:
-                yield "line_too_long"
-                continue
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                yield "not_utf8"
-                continue
-            if first:
-                line, first = line.lstrip("\ufeff"), False
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                yield "bad_json"
-                continue
-            yield row if isinstance(row, dict) else "not_an_object"
-
-
-def _json_rows(path: Path, limit: int) -> Iterator[dict[str, Any] | str]:
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"cannot read {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                         f"fix: re-encode the file as UTF-8") from None
-    except json.JSONDecodeError as exc:
-        if exc.msg == "Extra data":  # JSON Lines named .json (datasets' to_json writes these)
-            yield from _jsonl_rows(path, limit)
-            return
-        raise InputError(f"cannot parse {path}: {exc.msg} at line {exc.lineno} column {exc.colno}; "
-                         f"fix: a .json file must hold one JSON list (or {{\"data\": [...]}}); "
-                         f"use .jsonl for one object per line") from None
-    if isinstance(data, dict) and isinstance(data.get("data"), list):
-        data = data["data"]
-    if not isinstance(data, list):
-        keys = ", ".join(map(str, list(data)[:8])) if isinstance(data, dict) else type(data).__name__
-        raise InputError(f"cannot read {path}: expected a JSON list of rows or {{\"data\": [...]}}, got "
-                         f"{'an object with keys ' + keys if isinstance(data, dict) else keys}")
-    for row in data:
-        yield row if isinstance(row, dict) else "not_an_object"
-
-
-def _parquet_rows(path: Path) -> Iterator[dict[str, Any] | str]:
-    pq = _require("pyarrow.parquet", "data", f"reading {path}")
-    try:
-        batches = pq.ParquetFile(path).iter_batches(batch_size=4096)
-        for batch in batches:
-            yield from batch.to_pylist()
-    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise InputError(f"cannot read {path} as parquet: {exc}") from None
-
-
-def _hf_rows(path: Path, split: str | None) -> Iterator[dict[str, Any] | str]:
-    if not any((path / m).exists() for m in _HF_MARKERS):
-        found = sorted(q.name for q in path.iterdir())[:10]
-        raise InputError(f"{path} is a directory but not one saved with datasets' save_to_disk (no "
-                         f"{', '.join(_HF_MARKERS)}); fix: point at a data file inside it (found: "
-                         f"{', '.join(found) or 'nothing'})")
-    hf = _require("datasets", "data", f"reading {path}")
-    obj = hf.load_from_disk(str(path))
-    if isinstance(obj, hf.DatasetDict):
-        splits = list(obj)
-        if split is None and len(splits) == 1:
-            split = splits[0]
-        if split not in obj:
-            raise InputError(f"{path} holds splits {', '.join(splits)}; "
-                             f"{'no split ' + repr(split) if split else 'pick one'}: fix: set split")
-        obj = obj[split]
-    yield from obj
-
-
-# ---- fields -----------------------------------------------------------------------------------------
-def get_field(row: dict[str, Any], path: str) -> Any:
-    """The value at a (dotted) field path, or MISSING; None counts as missing. Digits index lists.
-
-    >>> get_field({"reward_model": {"ground_truth": "7"}}, "reward_model.ground_truth")
-    '7'
-    >>> get_field({"a": [{"b": 1}]}, "a.0.b"), get_field({"a": None}, "a")
-    (1, MISSING)
-    """
-    value: Any = row.get(path, MISSING)
-    if value is MISSING:
-        value = row
-        for part in path.split("."):
-            if isinstance(value, dict) and part in value:
-                value = value[part]
-            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-                value = value[int(part)]
-            else:
-                return MISSING
-    return MISSING if value is None else value
-
-
-def answer_text(value: Any, what: str = "answer") -> str:
-    """A stripped, non-empty string for a field value; numbers as ``27`` or ``0.5`` (never ``27.0``).
-
-    A one-item list is unwrapped. Raises SkipRow(missing_/empty_/bad_type_{what}).
-
-    >>> answer_text(27.0), answer_text(" x "), answer_text(["5"]), answer_text(0.25)
-    ('27', 'x', '5', '0.25')
-    """
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if value is MISSING or value is None:
-        raise SkipRow(f"missing_{what}")
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise SkipRow(f"bad_type_{what}")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise SkipRow(f"bad_type_{what}")
-        value = str(int(value)) if value.is_integer() else repr(value)
-    text = str(value).strip()
-    if not text:
-        raise SkipRow(f"empty_{what}")
-    return text
-
-
+# ---- load_problems ----------------------------------------------------------------------------------
 def _chat_user_text(messages: list[Any]) -> tuple[str, str | None]:
     """The last user message's content and the system message's (if any) of a chat message list."""
     user = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
@@ -277,7 +82,6 @@ def _fix_hint(counts: dict[str, int], first: dict[str, Any] | None) -> str:
     return "; or ".join(fixes)
 
 
-# ---- load_problems ----------------------------------------------------------------------------------
 def load_problems(path: str | Path, *, question_field: str = "question", answer_field: str = "answer",
                   id_field: str | None = None, split: str | None = None, max_prompt_chars: int | None = None,
                   max_line_bytes: int = MAX_LINE_BYTES) -> LoadResult:
@@ -358,7 +162,8 @@ def check_template(template: str) -> str:
     return template
 
 
-def _order(n: int, key: str) -> list[int]:
+def seeded_order(n: int, key: str) -> list[int]:
+    """A permutation of ``range(n)`` fixed by the string ``key`` (the same on every machine and run)."""
     order = list(range(n))
     random.Random(key).shuffle(order)
     return order
@@ -402,8 +207,8 @@ class DatasetTask:
         self.skipped["train/in_test"] += sum(" ".join(p.prompt.split()) in held for p in train)
         train = [p for p in train if " ".join(p.prompt.split()) not in held]
         self._train = self._render_all(train, "train", max_prompt_chars)
-        self._test = self._render_all([test[i] for i in _order(len(test), f"test/{split_seed}")], "test",
-                                      max_prompt_chars)
+        order = seeded_order(len(test), f"test/{split_seed}")
+        self._test = self._render_all([test[i] for i in order], "test", max_prompt_chars)
         self.skipped = {k: v for k, v in sorted(self.skipped.items()) if v}
         if not self._train or not self._test:
             raise InputError(f"task {name!r}: {len(self._train)} train and {len(self._test)} test problems "
@@ -426,7 +231,7 @@ class DatasetTask:
         """Every train problem once per epoch, in a new seeded order each epoch; never ends."""
         epoch = 0
         while True:
-            for i in _order(len(self._train), f"train/{seed}/{epoch}"):
+            for i in seeded_order(len(self._train), f"train/{seed}/{epoch}"):
                 yield self._train[i]
             epoch += 1
 
@@ -453,7 +258,7 @@ def _hold_out(problems: list[Problem], fraction: float, seed: int,
     if len(problems) < 2:
         raise InputError(f"task {name!r}: {len(problems)} usable problem(s), too few to hold out a test "
                          f"split; fix: give more rows or a separate test file")
-    order = _order(len(problems), f"split/{seed}")
+    order = seeded_order(len(problems), f"split/{seed}")
     n_test = min(max(1, round(fraction * len(problems))), len(problems) - 1)
     return [problems[i] for i in sorted(order[n_test:])], [problems[i] for i in sorted(order[:n_test])]
 
@@ -492,108 +297,3 @@ def make_dataset_task(*, train_path: str | Path, test_path: str | Path | None = 
                        prompt_template=prompt_template,
                        reward=reward, max_new_tokens=max_new_tokens, test_fraction=test_fraction,
                        split_seed=split_seed, max_prompt_chars=max_prompt_chars, skipped=skipped)
-
-
-# ---- reasoning-gym ----------------------------------------------------------------------------------
-def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text.replace(",", "")))
-    except ValueError:
-        return False
-
-
-class ReasoningGymTask:
-    """A Task over two reasoning-gym datasets: train (``size`` items) and test (``test_size`` items).
-
-    The reward is the spec ``reward`` if given; otherwise per problem: ``numeric`` (last number in the
-    completion, lenient) when the answer is a number, else the dataset's own ``score_answer`` on the
-    last ``\\boxed{}`` of the completion (or the whole stripped completion when there is none).
-    """
-
-    def __init__(self, name: str, train_ds: Any, test_ds: Any, *, prompt_template: str = PAPER_TEMPLATE,
-                 reward: str | None = None, max_new_tokens: int = 1024):
-        from hacrl.rewards import get_reward
-
-        self.name, self.max_new_tokens, self.reward_spec = name, max_new_tokens, reward
-        self._train_ds, self._test_ds = train_ds, test_ds
-        self._template = check_template(prompt_template)
-        try:
-            self._reward_fn = get_reward(reward) if reward else None
-        except ValueError as exc:
-            raise InputError(f"task reward: {exc}") from None
-        self._numeric = get_reward("numeric")
-        self.skipped: Counter[str] = Counter()  # items without a usable question or answer, per reason
-        self._test = [p for i in range(len(test_ds)) if (p := self._problem(test_ds, i, "test"))]
-        self._held = {p.meta["question"] for p in self._test}
-        if not self._test:
-            raise InputError(f"reasoning-gym {name!r}: no usable test item ({dict(self.skipped)})")
-
-    def _problem(self, ds: Any, index: int, split: str) -> Problem | None:
-        item = ds[index]
-        try:
-            question = answer_text(item.get("question"), "question")
-            answer = answer_text(item.get("answer"))
-        except SkipRow as skip:
-            self.skipped[f"{split}/{skip.reason}"] += 1
-            return None
-        meta = {"split": split, "question": question, "metadata": item.get("metadata", {})}
-        prompt = self._template.replace("{question}", question)
-        return Problem(id=f"{self.name}/{split}/{index}", prompt=prompt, answer=answer, meta=meta)
-
-    def train_problems(self, seed: int) -> Iterator[Problem]:
-        """The train items once per epoch, reshuffled each epoch, without any test question; never ends."""
-        epoch = 0
-        while True:
-            yielded = 0
-            for i in _order(len(self._train_ds), f"train/{seed}/{epoch}"):
-                problem = self._problem(self._train_ds, i, "train")
-                if problem is not None and problem.meta["question"] not in self._held:
-                    yielded += 1
-                    yield problem
-            if not yielded:
-                raise InputError(f"reasoning-gym {self.name!r}: no train item left (unusable: "
-                                 f"{dict(self.skipped)}; the rest are test items); fix: raise size")
-            epoch += 1
-
-    def test_problems(self, n: int | None = None) -> list[Problem]:
-        return list(self._test if n is None else self._test[:n])
-
-    def reward(self, completion: str, problem: Problem) -> float | None:
-        sample = {**problem.meta, "prompt": problem.prompt, "answer": problem.answer}
-        if self._reward_fn is not None:
-            return self._reward_fn(completion, sample)
-        if _is_number(problem.answer):
-            return self._numeric(completion, sample)
-        from hacrl.rewards.math_reward import last_boxed
-
-        guess = last_boxed(completion)
-        entry = {"question": problem.meta["question"], "answer": problem.answer,
-                 "metadata": problem.meta["metadata"]}
-        return float(self._train_ds.score_answer(guess if guess is not None else completion.strip(), entry))
-
-
-def reasoning_gym_task(name: str, *, seed: int = 0, size: int = 10_000, test_size: int = 200,
-                       reward: str | None = None, prompt_template: str = PAPER_TEMPLATE,
-                       max_new_tokens: int = 1024, config: dict[str, Any] | None = None) -> ReasoningGymTask:
-    """A Task over ``reasoning_gym.create_dataset(name, seed=..., size=..., **config)``.
-
-    reasoning-gym builds item ``i`` from ``Random(seed + i)``, so train uses seeds ``seed .. seed+size-1``
-    and test ``seed+size .. seed+size+test_size-1``: disjoint streams; test questions are also filtered
-    out of the train stream, so the splits are disjoint even when two seeds give the same question.
-    """
-    rg = _require("reasoning_gym", "gym", f"the reasoning-gym task {name!r}")
-    if size < 1 or test_size < 1:
-        raise InputError(f"reasoning-gym {name!r}: size and test_size must be >= 1, got {size}, {test_size}")
-    known = list(getattr(getattr(rg, "factory", None), "DATASETS", {}))
-    if known and name not in known:
-        close = difflib.get_close_matches(name, known, n=5) or sorted(known)[:8]
-        raise InputError(f"unknown reasoning-gym dataset {name!r}; did you mean: {', '.join(close)} "
-                         f"({len(known)} datasets in reasoning_gym.factory.DATASETS)")
-    try:
-        train = rg.create_dataset(name, seed=seed, size=size, **(config or {}))
-        test = rg.create_dataset(name, seed=seed + size, size=test_size, **(config or {}))
-    except (TypeError, ValueError, AssertionError) as exc:
-        raise InputError(f"reasoning-gym {name!r} rejected its config {config or {}}: {exc}") from None
-    return ReasoningGymTask(name, train, test, prompt_template=prompt_template, reward=reward,
-                            max_new_tokens=max_new_tokens)
-

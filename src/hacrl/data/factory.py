@@ -28,7 +28,7 @@ def build_task(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
             prompt_template=task_cfg.prompt_template, reward=task_cfg.reward or "math",
             max_new_tokens=max_new_tokens, test_fraction=task_cfg.test_fraction, split_seed=seed,
             max_prompt_chars=task_cfg.max_prompt_chars)
-    from hacrl.data.datasets import reasoning_gym_task
+    from hacrl.data.gym import reasoning_gym_task
 
     kwargs: dict[str, Any] = {"seed": seed, "size": task_cfg.size, "test_size": task_cfg.test_size,
                               "reward": task_cfg.reward, "max_new_tokens": max_new_tokens,

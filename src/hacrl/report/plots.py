@@ -1,0 +1,106 @@
+"""The plots of ``hacrl compare``: accuracy per agent, ω per agent pair, cross answers inside the window.
+
+matplotlib is optional and imported inside :func:`write_plots`; without it no plot is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
+    """accuracy-<agent>.png, omega.png, cross-window.png; [] when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    algos = summary["algorithms"]
+    colors = {a: f"C{i}" for i, a in enumerate(algos)}
+
+    def band(ax: Any, curve: dict[str, list], label: str, color: str, lo: float | None = None,
+             hi: float | None = None) -> None:
+        if not curve["steps"]:
+            return
+        ax.plot(curve["steps"], curve["mean"], marker="o", ms=3, label=label, color=color)
+        if any(sd is not None for sd in curve["sd"]):
+            low = [m - (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
+            high = [m + (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
+            if lo is not None:
+                low = [max(lo, v) for v in low]
+            if hi is not None:
+                high = [min(hi, v) for v in high]
+            ax.fill_between(curve["steps"], low, high, alpha=0.2, color=color, linewidth=0)
+
+    from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator, ScalarFormatter
+
+    def small_panel(ax: Any, title: str) -> None:  # one panel of the omega / cross-window rows
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+
+    n_seeds = len(summary["seeds"])
+    for agent, per_algo in summary["results"].items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for algo in algos:
+            band(ax, per_algo[algo]["curve"], algo, colors[algo], 0.0, 1.0)
+        values = [v for algo in algos for v in per_algo[algo]["curve"]["mean"] if v is not None]
+        if values and max(values) - min(values) < 1e-9:  # flat curves: show the whole [0, 1] range
+            ax.set_ylim(-0.02, 1.02)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("training step")
+        ax.set_ylabel("held-out greedy accuracy")
+        ax.set_title(f"{agent}: mean over {n_seeds} seed{'s' if n_seeds != 1 else ''}"
+                     + (" (band ± sd)" if n_seeds > 1 else ""))
+        ax.grid(alpha=0.3)
+        ax.legend()
+        written.append(_save(fig, plots_dir / f"accuracy-{agent}.png"))
+
+    diag = summary["diagnostics"]
+    if diag:
+        pairs = [(a, o) for a in summary["agents"] for o in summary["agents"] if a != o]
+        fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 3.6), squeeze=False)
+        for ax, (a, o) in zip(axes[0], pairs, strict=True):
+            for algo, d in diag.items():
+                band(ax, d[a]["omega"][o]["curve"], algo, colors[algo], 0.1, 10.0)
+            ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+            ax.set_yscale("log")
+            ax.set_ylim(0.09, 11)
+            ax.yaxis.set_major_locator(FixedLocator([0.1, 0.2, 0.5, 1, 2, 5, 10]))
+            ax.yaxis.set_major_formatter(ScalarFormatter())
+            ax.yaxis.set_minor_locator(NullLocator())
+            small_panel(ax, f"ω({a}→{o})")
+        axes[0][0].set_ylabel("ω = capability ratio")
+        axes[0][0].legend(fontsize=8)
+        written.append(_save(fig, plots_dir / "omega.png"))
+
+        logged = [(algo, d) for algo, d in diag.items()
+                  if any(x["in_window_curve"]["steps"] for x in d.values())]
+        if logged:
+            agents = list(summary["agents"])
+            fig, axes = plt.subplots(1, len(agents), figsize=(4.5 * len(agents), 3.6), squeeze=False)
+            for ax, agent in zip(axes[0], agents, strict=True):
+                for algo, d in logged:
+                    band(ax, d[agent]["in_window_curve"], algo, colors[algo], 0.0, 1.0)
+                ax.set_ylim(-0.02, 1.02)
+                small_panel(ax, f"{agent} learning from the others")
+            axes[0][0].set_ylabel("cross answers inside the clip window")
+            axes[0][0].legend(fontsize=8)
+            written.append(_save(fig, plots_dir / "cross-window.png"))
+    return written
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Lay out, write (100 dpi) and close ``fig``; returns ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

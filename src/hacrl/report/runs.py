@@ -1,0 +1,236 @@
+"""One run directory of ``hacrl compare``: plan it (reuse, resume, restart, train), run it, read it back.
+
+:func:`plan_run` decides from the directory's latest complete checkpoint and its saved config (a changed
+trajectory-relevant value is refused); :func:`execute_run` trains or resumes through the ordinary
+:class:`~hacrl.trainer.trainer.Trainer` and keeps the measured wall time in ``compare.json``;
+:func:`outputs_data` reads metrics.jsonl and eval.jsonl back for the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hacrl.config import Config, ConfigError
+
+RUN_RECORD = "compare.json"
+# Config keys that do not change a run's trajectory: a finished run made with other values is still reused.
+# trainer.steps may grow (a finished shorter run is resumed and extended), never shrink.
+_NEUTRAL_KEYS = {
+    "trainer.steps", "trainer.keep_last", "trainer.checkpoint_every", "trainer.log_samples",
+    "trainer.threads", "trainer.eval_every", "trainer.micro_batch_size", "run.tensorboard", "run.name",
+    "run.output_dir", "task.reward_timeout_s",
+}
+
+
+# ---- planning and running -----------------------------------------------------------------------------
+
+@dataclass
+class RunOutcome:
+    algo: str
+    seed: int
+    run_dir: Path
+    status: str  # trained | resumed | restarted | reused
+    wall_s: float | None  # measured, over all invocations that trained it (None: not recorded)
+    final: dict[str, float] = field(default_factory=dict)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    if isinstance(tree, list) and tree and all(isinstance(x, dict) and "id" in x for x in tree):
+        out = {}
+        for x in tree:
+            out.update(_flatten(x, f"{prefix}{x['id']}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def _config_mismatch(run_dir: Path, cfg: Config) -> str | None:
+    """The first trajectory-relevant value where the run's saved config differs from ``cfg`` (None: same).
+
+    Keys only one side has (a field added or removed between hacrl versions) are skipped; the agent list
+    must match exactly.
+    """
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        return None
+    saved = yaml.safe_load(saved_path.read_text()) or {}
+    old_ids = [a.get("id") for a in saved.get("agents", []) if isinstance(a, dict)]
+    new_ids = [a.id for a in cfg.agents]
+    if old_ids != new_ids:
+        return f"agents {old_ids}, now {new_ids}"
+    old, new = _flatten(saved), _flatten(cfg.model_dump(mode="json"))
+    for key in sorted(set(old) & set(new)):
+        if key not in _NEUTRAL_KEYS and old[key] != new[key]:
+            return f"{key}={old[key]!r}, now {new[key]!r}"
+    return None
+
+
+def _checkpoint_step(path: Path) -> int:
+    return int(path.name.split("-")[1])
+
+
+def _read_record(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / RUN_RECORD).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
+    tmp = run_dir / (RUN_RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    tmp.replace(run_dir / RUN_RECORD)
+
+
+def _final_accuracies(run_dir: Path, step: int) -> dict[str, float]:
+    return {agent: acc for (s, agent), acc in _read_eval(run_dir).items() if s == step}
+
+
+@dataclass
+class RunPlan:
+    algo: str
+    seed: int
+    cfg: Config
+    run_dir: Path
+    action: str  # reuse | resume | restart | train
+    checkpoint: Path | None  # the latest complete checkpoint (reuse, resume)
+
+
+def plan_run(cfg: Config, run_dir: Path) -> RunPlan:
+    """What to do with one run directory; raises ConfigError when it cannot be reused or resumed safely."""
+    from hacrl.trainer.checkpoint import latest_checkpoint
+
+    algo, seed, steps = cfg.algorithm.name, cfg.run.seed, cfg.trainer.steps
+    latest = latest_checkpoint(run_dir / "checkpoints")
+    if latest is None:
+        busy = run_dir.exists() and any(run_dir.iterdir())
+        return RunPlan(algo, seed, cfg, run_dir, "restart" if busy else "train", None)
+    mismatch = _config_mismatch(run_dir, cfg)
+    if mismatch:
+        raise ConfigError(f"{run_dir} was trained with {mismatch}; use another --output or delete that "
+                          f"run directory")
+    done = _checkpoint_step(latest)
+    if done > steps:
+        raise ConfigError(f"{run_dir} already has {done} steps, more than trainer.steps={steps}; use "
+                          f"another --output or set trainer.steps={done}")
+    return RunPlan(algo, seed, cfg, run_dir, "reuse" if done == steps else "resume", latest)
+
+
+def execute_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps: bool) -> RunOutcome:
+    """Carry out ``plan`` (reuse, resume, restart or train), logging one line per run (and per step with
+    ``log_steps``); raises KeyboardInterrupt when the trainer was stopped before the last step."""
+    from hacrl.trainer.trainer import Trainer
+
+    algo, seed, run_dir, steps = plan.algo, plan.seed, plan.run_dir, plan.cfg.trainer.steps
+    if plan.action == "reuse":
+        outcome = RunOutcome(algo, seed, run_dir, "reused", _read_record(run_dir).get("wall_s"),
+                             _final_accuracies(run_dir, steps))
+        log(f"{label}: reused (finished run in {run_dir}); final greedy acc {_fmt_accs(outcome.final)}")
+        return outcome
+    record, resume_from = {}, None
+    if plan.action == "resume":
+        record, resume_from = _read_record(run_dir), plan.checkpoint
+        log(f"{label}: resuming from step {_checkpoint_step(resume_from)} of {steps}")
+    elif plan.action == "restart":
+        shutil.rmtree(run_dir)
+        log(f"{label}: no complete checkpoint in {run_dir}; restarting it from scratch")
+    else:
+        log(f"{label}: training {steps} steps")
+    status = {"resume": "resumed", "restart": "restarted", "train": "trained"}[plan.action]
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        trainer = Trainer(plan.cfg, run_dir, resume_from=resume_from)
+    except Exception:
+        if created:  # a run that never started leaves no directory
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+    def on_step(step: int, metrics: dict[str, float]) -> None:
+        rewards = "  ".join(f"{a} {metrics.get(f'agent/{a}/reward', float('nan')):.2f}"
+                            for a in trainer.agent_ids)
+        log(f"    step {step}/{steps}  reward {rewards}")
+
+    result = trainer.train(progress=on_step if log_steps else None)
+    wall = time.perf_counter() - start
+    this_time = {"status": status, "from_step": _checkpoint_step(resume_from) if resume_from else 0,
+                 "to_step": trainer.step_idx, "wall_s": wall}
+    record = {"wall_s": (record.get("wall_s") or 0.0) + wall, "algorithm": algo, "seed": seed,
+              "invocations": [*record.get("invocations", []), this_time]}
+    _write_record(run_dir, record)
+    if result["stopped"]:
+        log(f"{label}: stopped at step {trainer.step_idx}; run the same command again to resume")
+        raise KeyboardInterrupt
+    outcome = RunOutcome(algo, seed, run_dir, status, record["wall_s"], _final_accuracies(run_dir, steps))
+    log(f"{label}: {status} in {wall:.1f} s; final greedy acc {_fmt_accs(outcome.final)}")
+    return outcome
+
+
+def _fmt_accs(accs: dict[str, float]) -> str:
+    return ", ".join(f"{a} {v:.3f}" for a, v in accs.items()) or "(no final evaluation found)"
+
+
+# ---- reading a run back --------------------------------------------------------------------------------
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        if isinstance(rec, dict) and "step" in rec:
+            out.append(rec)
+    return out
+
+
+def _read_metrics(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """step → metrics (the last line of a step wins)."""
+    return {int(r["step"]): r for r in _read_jsonl(run_dir / "metrics.jsonl")}
+
+
+def _read_eval(run_dir: Path) -> dict[tuple[int, str], float]:
+    """(step, agent) → held-out greedy accuracy, from eval.jsonl (metrics.jsonl's eval/* as a fallback)."""
+    out: dict[tuple[int, str], float] = {}
+    for r in _read_jsonl(run_dir / "eval.jsonl"):
+        if "agent" in r and "benchmark" not in r and r.get("greedy_acc") is not None:
+            out[int(r["step"]), r["agent"]] = float(r["greedy_acc"])
+    if not out:
+        for step, m in _read_metrics(run_dir).items():
+            for k, v in m.items():
+                if k.startswith("eval/") and k.count("/") == 2 and k.endswith("/greedy_acc") and v is not None:
+                    out[step, k[5:-11]] = float(v)
+    return out
+
+
+@dataclass
+class RunData:
+    algo: str
+    seed: int
+    metrics: dict[int, dict[str, Any]]
+    evals: dict[tuple[int, str], float]
+
+
+def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
+    steps = cfg.trainer.steps
+    out = []
+    for o in outcomes:
+        metrics = {s: m for s, m in _read_metrics(o.run_dir).items() if s <= steps}
+        evals = {k: v for k, v in _read_eval(o.run_dir).items() if k[0] <= steps}
+        out.append(RunData(o.algo, o.seed, metrics, evals))
+    return out

@@ -1,0 +1,265 @@
+"""The summary of ``hacrl compare``: every number of the report, and the automatic reading of them.
+
+:func:`summarize` turns the runs' metrics and evaluations into per-agent accuracy tables (with paired
+differences against the baselines), costs and collaboration diagnostics; :func:`automatic_reading`
+writes the plain-language paragraphs of the report's "Reading" section from that summary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from hacrl.config import Config
+from hacrl.report.runs import RunData, RunOutcome, outputs_data
+from hacrl.report.stats import mean_sd, paired_difference
+from hacrl.trainer.algorithms import ALGORITHMS
+
+BASELINES = ("gspo", "gspo2x")  # the report's Δ columns, for those present in the comparison
+
+
+# ---- per-step values over runs ----------------------------------------------------------------------
+
+def _series(data: list[RunData], key: Callable[[RunData, int], float | None],
+            ) -> dict[str, list[float | None]]:
+    """Mean, sd, min, max and count over runs, for every step where at least one run has a value."""
+    steps = sorted({s for d in data for s in d.metrics} | {s for d in data for s, _ in d.evals})
+    rows = {"steps": [], "mean": [], "sd": [], "min": [], "max": [], "n": []}
+    for s in steps:
+        vals = [v for d in data if (v := key(d, s)) is not None and math.isfinite(v)]
+        if not vals:
+            continue
+        mean, sd = mean_sd(vals)
+        for name, value in (("steps", s), ("mean", mean), ("sd", sd), ("min", min(vals)), ("max", max(vals)),
+                            ("n", len(vals))):
+            rows[name].append(value)
+    return rows
+
+
+def _metric(d: RunData, step: int, key: str) -> float | None:
+    v = d.metrics.get(step, {}).get(key)
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _mean_over_steps(d: RunData, key: str) -> float | None:
+    vals = [v for s in d.metrics if s > 0 and (v := _metric(d, s, key)) is not None and math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+# ---- the summary --------------------------------------------------------------------------------------
+
+def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
+              data: list[RunData] | None = None) -> dict[str, Any]:
+    """Every number of the report, from the run directories (``data``: already read with outputs_data)."""
+    data = outputs_data(outcomes, cfg) if data is None else data
+    algos, seeds = meta["algorithms"], meta["seeds"]
+    agent_ids = [a.id for a in cfg.agents]
+    steps, t = cfg.trainer.steps, cfg.trainer
+    by_algo = {a: [d for d in data if d.algo == a] for a in algos}
+    outcome_of = {(o.algo, o.seed): o for o in outcomes}
+    baselines = [b for b in BASELINES if b in algos]
+
+    def final_of(d: RunData, agent: str) -> float | None:
+        return d.evals.get((steps, agent))
+
+    summary: dict[str, Any] = {
+        **meta,
+        "task": cfg.task.name,
+        "agents": {a.id: a.model for a in cfg.agents},
+        "steps": steps, "batch_size": t.batch_size, "rollouts_per_prompt": cfg.rollout.rollouts_per_prompt,
+        "eval_size": t.eval_size, "eval_every": t.eval_every, "baselines": baselines,
+        "delta": cfg.algorithm.delta, "delta_step": cfg.algorithm.delta_step,
+        "runs": [], "results": {}, "cost": {}, "diagnostics": {},
+    }
+    for d in data:
+        o = outcome_of[d.algo, d.seed]
+        phases = sum(v for s, m in d.metrics.items() for k, v in m.items()
+                     if k.startswith("timing/") and isinstance(v, int | float))
+        summary["runs"].append({
+            "algorithm": d.algo, "seed": d.seed, "dir": str(o.run_dir), "status": o.status,
+            "start": {a: d.evals.get((0, a)) for a in agent_ids},
+            "final": {a: final_of(d, a) for a in agent_ids},
+            "wall_s": o.wall_s, "phase_s": phases,
+            "rollout_s": sum(m.get("timing/rollout", 0.0) for m in d.metrics.values()),
+            "update_s": sum(v for m in d.metrics.values() for k, v in m.items()
+                            if k.startswith("timing/update/")),
+        })
+    runs_of = {a: [r for r in summary["runs"] if r["algorithm"] == a] for a in algos}
+
+    for algo in algos:
+        rs = runs_of[algo]
+        walls = [r["wall_s"] if r["wall_s"] is not None else r["phase_s"] for r in rs]
+        summary["cost"][algo] = {
+            "wall_s": mean_sd(walls), "phase_s": mean_sd([r["phase_s"] for r in rs]),
+            "rollout_s": mean_sd([r["rollout_s"] for r in rs]),
+            "update_s": mean_sd([r["update_s"] for r in rs]),
+            "wall_measured": all(r["wall_s"] is not None for r in rs),
+        }
+
+    for agent in agent_ids:
+        per_algo: dict[str, Any] = {}
+        finals = {algo: {d.seed: final_of(d, agent) for d in by_algo[algo]} for algo in algos}
+        for algo in algos:
+            runs = by_algo[algo]
+            a = ALGORITHMS.get(algo)
+            vals = [v for v in finals[algo].values() if v is not None]
+            mean, sd = mean_sd(vals)
+            start_mean, start_sd = mean_sd([d.evals.get((0, agent)) for d in runs])
+            updates = [sum(_metric(d, s, f"agent/{agent}/optimizer_steps") or 0 for s in d.metrics)
+                       for d in runs]
+            vs = {}
+            for b in baselines:
+                if b == algo:
+                    continue
+                common = [s for s in seeds
+                          if finals[algo].get(s) is not None and finals[b].get(s) is not None]
+                vs[b] = {**paired_difference([finals[algo][s] for s in common],
+                                             [finals[b][s] for s in common]), "seeds": common}
+            per_algo[algo] = {
+                "start": start_mean, "start_sd": start_sd,
+                "final": {"mean": mean, "sd": sd, "min": min(vals) if vals else None,
+                          "max": max(vals) if vals else None, "by_seed": finals[algo]},
+                "vs": vs,
+                "rollouts": steps * t.batch_size * cfg.rollout.rollouts_per_prompt * a.rollout_multiplier,
+                "optimizer_updates": mean_sd(updates)[0],
+                "curve": _series(runs, lambda d, s, agent=agent: d.evals.get((s, agent))),
+            }
+        summary["results"][agent] = per_algo
+
+    for algo in algos:
+        if not ALGORITHMS.get(algo).shares_pool:
+            continue
+        runs = by_algo[algo]
+        diag: dict[str, Any] = {}
+        for agent in agent_ids:
+            def avg(key: str, agent: str = agent, runs: list[RunData] = runs) -> float | None:
+                return mean_sd([_mean_over_steps(d, f"agent/{agent}/{key}") for d in runs])[0]
+
+            omega = {}
+            for other in agent_ids:
+                if other == agent:
+                    continue
+                key = f"agent/{agent}/omega/{other}"
+                curve = _series(runs, lambda d, s, key=key: _metric(d, s, key) if s > 0 else None)
+                omega[other] = {"mean": avg(f"omega/{other}"),
+                                "final": curve["mean"][-1] if curve["mean"] else None, "curve": curve}
+            diag[agent] = {
+                "cross_ratio_mean": avg("cross/ratio_mean"), "in_window_frac": avg("cross/in_window_frac"),
+                "below_window_frac": avg("cross/clip_low_frac"),
+                "above_window_frac": avg("cross/clip_high_frac"),
+                "cross_answers": avg("count/cross"),
+                "in_window_curve": _series(runs, lambda d, s, agent=agent: _metric(
+                    d, s, f"agent/{agent}/cross/in_window_frac") if s > 0 else None),
+                "omega": omega,
+            }
+        summary["diagnostics"][algo] = diag
+    summary["reading"] = automatic_reading(summary)
+    return summary
+
+
+# ---- the automatic reading ------------------------------------------------------------------------------
+
+def automatic_reading(summary: dict[str, Any]) -> list[str]:
+    """One paragraph per pool-sharing algorithm, plus one on the accuracy differences."""
+    paragraphs = []
+    delta = summary.get("delta")
+    for algo, diag in summary["diagnostics"].items():
+        fracs = {a: d["in_window_frac"] for a, d in diag.items() if d["in_window_frac"] is not None}
+        sentences = []
+        if not fracs:
+            sentences.append(f"{algo} shares the pool but its loss does not log cross-answer ratios, so "
+                             f"how much the other agents' answers counted cannot be read from the metrics.")
+        else:
+            overall = sum(fracs.values()) / len(fracs)
+            window = (f"the clip window [ℓ_m, 1] (ℓ_0 = {1 - delta:g})" if delta is not None
+                      else "the clip window")
+            if overall < 0.005:
+                sentences.append(f"No cross answer fell inside {window}: {algo} acted like GSPO (answers "
+                                 f"outside the window are clipped and give no gradient).")
+            elif overall < 0.1:
+                sentences.append(f"Only {overall:.0%} of cross answers fell inside {window}: {algo} acted "
+                                 f"almost like GSPO (answers outside the window are clipped and give no "
+                                 f"gradient).")
+            elif overall < 0.5:
+                sentences.append(f"{overall:.0%} of cross answers fell inside {window}: the shared pool "
+                                 f"contributed part of {algo}'s updates.")
+            else:
+                sentences.append(f"Most cross answers ({overall:.0%}) fell inside {window}: {algo}'s "
+                                 f"learners did learn from each other's answers.")
+            for agent, d in diag.items():
+                inside, below, above = d["in_window_frac"], d["below_window_frac"], d["above_window_frac"]
+                ratio = d["cross_ratio_mean"]
+                if None in (inside, below, above, ratio) or max(below, above) <= 0.05:
+                    continue
+                side = ("below it (the learner finds the others' answers less likely than their authors "
+                        "did)" if below >= above else "above it (the learner finds the others' answers more "
+                        "likely than their authors did)")
+                sentences.append(f"{agent}: {inside:.0%} inside, {below:.0%} below, {above:.0%} above the "
+                                 f"window, mean cross ratio {ratio:.2f}; the clipped ones were mostly "
+                                 f"{side}.")
+        algorithm = ALGORITHMS.get(algo)
+        in_baseline = algorithm.advantage == "hacpo" and algorithm.capability_aware
+        in_update = algorithm.loss == "hacpo" and algorithm.use_omega
+        omegas = [(a, o, v["mean"]) for a, d in diag.items() for o, v in d["omega"].items()
+                  if v["mean"] is not None]
+        if omegas:
+            a, o, w = max(omegas, key=lambda x: abs(math.log(max(x[2], 1e-12))))
+            if not (in_baseline or in_update):
+                sentences.append(f"ω is logged but {algo} does not use it.")
+            elif abs(math.log(max(w, 1e-12))) < math.log(1.1):
+                sentences.append("ω stayed near 1: the agents were judged equally capable, so the capability "
+                                 "weighting changed little.")
+            else:
+                ahead, behind, factor = (a, o, w) if w > 1 else (o, a, 1 / w)
+                effects = ((f"weighted {ahead}'s answers up by about that factor in its update", in_update),
+                           (f"scaled {ahead}'s rewards down by it in its baseline", in_baseline))
+                uses = " and ".join(text for text, on in effects if on)
+                sentences.append(f"ω({a}→{o}) averaged {w:.2f} over the steps: {ahead} was judged about "
+                                 f"{factor:.1f}× as capable as {behind}, so {behind} {uses}.")
+        paragraphs.append(" ".join(sentences))
+
+    baselines = summary.get("baselines", [])
+    results = summary["results"]
+    all_same = all(len({round(r["final"]["mean"], 9) for r in per_algo.values()
+                        if r["final"]["mean"] is not None}) <= 1 for per_algo in results.values())
+    n = len(summary["seeds"])
+    if all_same and len(summary["algorithms"]) > 1:
+        paragraphs.append("Every algorithm ended at the same held-out accuracy for every agent: the runs "
+                          "were too short (or the evaluation too small) to tell the algorithms apart.")
+    elif baselines:
+        clauses, significant, tested = [], [], False
+        for algo in summary["algorithms"]:
+            if algo in baselines:
+                continue
+            per_agent = []
+            for agent, per_algo in results.items():
+                cells = []
+                for b, st in per_algo[algo]["vs"].items():
+                    if st["mean"] is None:
+                        continue
+                    p = f"p = {st['p']:.2g}" if st["p"] is not None else "no test"
+                    tested |= st["p"] is not None
+                    cells.append(f"{st['mean']:+.3f} vs {b} ({p})")
+                    if st["p"] is not None and st["p"] < 0.05:
+                        significant.append(f"{algo} vs {b} on {agent} ({st['mean']:+.3f})")
+                if cells:
+                    per_agent.append(f"{agent} " + ", ".join(cells))
+            if per_agent:
+                clauses.append(f"{algo}: " + "; ".join(per_agent))
+        if clauses:
+            text = (f"Final accuracy against {' and '.join(baselines)}, paired by seed over {n} seed"
+                    f"{'s' if n != 1 else ''}. " + ". ".join(clauses) + ". ")
+            if n < 2:
+                text += "With one seed there is no test: run more seeds before reading anything into these."
+            elif not tested:
+                text += "No p-values: scipy is not installed."
+            elif significant:
+                text += "Significant at 5%: " + ", ".join(significant) + "."
+            else:
+                text += f"None of these differences is significant at 5% with {n} seeds."
+            paragraphs.append(text)
+    elif len(summary["algorithms"]) > 1:
+        paragraphs.append("Neither gspo nor gspo2x is in the comparison, so no paired differences were "
+                          "computed.")
+    return [p for p in paragraphs if p]
