@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from hacrl.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hacrl.errors import InputError
 
 
 class ConfigError(InputError):
@@ -47,6 +48,8 @@ class AgentSpec(_Section):
     max_prompt_tokens: int = Field(1024, gt=0)
     max_answer_tokens: int | None = Field(None, gt=0, description="training-view limit; default rollout.max_new_tokens")
     lora: LoraSpec | None = Field(None, description="train LoRA adapters only (peft); KL reference = adapters off")
+    data_parallel: int = Field(1, ge=1, description="ray backend: replicas of this agent training data-parallel "
+                               "(one actor each, num_cpus/num_gpus per replica)")
     num_cpus: float | None = Field(None, ge=0, description="ray backend: CPUs of this agent's actor "
                                    "(default backend.num_cpus_per_agent)")
     num_gpus: float | None = Field(None, ge=0, description="ray backend: GPUs of this agent's actor "
@@ -156,6 +159,9 @@ class Config(_Section):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"agents: duplicate id {dupes[0]!r}; give every agent a unique id")
+        for a in self.agents:
+            if a.data_parallel > 1 and self.backend.name != "ray":
+                raise ValueError(f"agents.{a.id}.data_parallel={a.data_parallel} needs backend.name=ray")
         return self
 
 

@@ -73,3 +73,32 @@ def test_a_killed_actor_is_named_and_the_run_resumes_from_its_checkpoint(tmp_pat
     assert main([*args, "--output", str(out), "--resume"]) == 0
     assert lines(out, "metrics.jsonl") == lines(reference, "metrics.jsonl")
     assert lines(out, "eval.jsonl") == lines(reference, "eval.jsonl")
+
+
+def test_a_data_parallel_agent_keeps_its_replicas_identical_and_checkpoints(tmp_path):
+    cfg = load_config("tiny-test", overrides=[*COMMON, "backend.name=ray", "agents.qwen-char.data_parallel=2"])
+    (tmp_path / "run").mkdir()
+    trainer = Trainer(cfg, tmp_path / "run", sinks=False)
+    try:
+        assert [len(g) for g in trainer.backend.groups] == [2, 1]
+        g, b = cfg.rollout.rollouts_per_prompt, cfg.trainer.batch_size
+        for _ in range(2):
+            metrics = trainer.step()
+            # each replica answered half the prompts; together a full group per prompt, and a full view
+            assert metrics["pool/size"] == 2 * g * b
+            assert metrics["agent/qwen-char/count/own"] == g * b
+            assert metrics["agent/qwen-char/count/cross"] == g * b
+        digests = ray.get([actor.weights_digest.remote() for actor in trainer.backend.groups[0]])
+        assert digests[0] == digests[1]
+        path = trainer.save_checkpoint()
+        assert (path / "agents" / "qwen-char" / "rng-rank1.pt").is_file()
+        assert (path / "agents" / "qwen-char" / "model.safetensors").is_file()
+    finally:
+        trainer.close()
+    resumed = Trainer(cfg, tmp_path / "run", resume_from=path, sinks=False)
+    try:
+        assert resumed.step_idx == 2
+        again = ray.get([actor.weights_digest.remote() for actor in resumed.backend.groups[0]])
+        assert again == digests  # both replicas start from the checkpoint's weights
+    finally:
+        resumed.close()

@@ -1,5 +1,6 @@
 """Where the agents live: ``local`` (every ``AgentWorker`` in the trainer's process, called one after the
-other) or ``ray`` (one Ray actor per agent with its own CPUs/GPUs, called concurrently).
+other) or ``ray`` (one Ray actor per agent with its own CPUs/GPUs, called concurrently; an agent with
+``data_parallel: W`` gets W actors, one replica each, that the trainer addresses as one).
 
 The trainer talks to both through ``call(method, args_per_agent)``, which returns one result per agent in
 agent order. The algorithm never sees which backend runs it: the same seed gives the same metrics.
@@ -72,18 +73,33 @@ class RayBackend:
         resources = [self._resources(cfg, i) for i in range(len(cfg.agents))]
         self._placement = self._placement_group(cfg, resources)
         remote_cls = ray.remote(AgentWorker)
-        self.actors = []
+        self.groups: list[list[Any]] = []  # per agent, its replicas in rank order
+        bundle = 0
         for i, (num_cpus, num_gpus) in enumerate(resources):
-            options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
-            if self._placement is not None:
-                from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+            world = cfg.agents[i].data_parallel
+            group = []
+            for rank in range(world):
+                options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
+                if self._placement is not None:
+                    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    self._placement, placement_group_bundle_index=i)
-            threads = cfg.trainer.threads or max(1, int(num_cpus))
-            self.actors.append(remote_cls.options(**options).remote(
-                cfg, i, resume_from=resume_from, step=step, env=env, threads=threads))
+                    options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                        self._placement, placement_group_bundle_index=bundle)
+                bundle += 1
+                threads = cfg.trainer.threads or max(1, int(num_cpus))
+                group.append(remote_cls.options(**options).remote(
+                    cfg, i, resume_from=resume_from, step=step, env=env, threads=threads, rank=rank, world=world))
+            self.groups.append(group)
         self.call("info")  # surfaces a failed load now, naming the agent
+        self._init_data_parallel()
+
+    def _init_data_parallel(self) -> None:
+        groups = [(i, g) for i, g in enumerate(self.groups) if len(g) > 1]
+        addresses = [self._get(g[0].rendezvous.remote(), self.ids[i], "rendezvous") for i, g in groups]
+        refs = [(i, [actor.init_data_parallel.remote(addr) for actor in g]) for (i, g), addr in zip(groups, addresses)]
+        for i, rank_refs in refs:
+            for ref in rank_refs:
+                self._get(ref, self.ids[i], "init_data_parallel")
 
     @staticmethod
     def _resources(cfg: Config, i: int) -> tuple[float, float]:
@@ -96,7 +112,8 @@ class RayBackend:
             return None
         from ray.util.placement_group import placement_group
 
-        bundles = [{"CPU": c, **({"GPU": g} if g else {})} for c, g in resources]
+        bundles = [{"CPU": c, **({"GPU": g} if g else {})}
+                   for (c, g), spec in zip(resources, cfg.agents, strict=True) for _ in range(spec.data_parallel)]
         pg = placement_group(bundles, strategy=cfg.backend.placement_strategy)
         ready, _ = self._ray.wait([pg.ready()], timeout=120)
         if not ready:
@@ -105,9 +122,12 @@ class RayBackend:
         return pg
 
     def call(self, method: str, args_per_agent: Sequence[tuple] | None = None, **kwargs: Any) -> list[Any]:
-        args = args_per_agent or [()] * len(self.actors)
-        refs = [getattr(actor, method).remote(*a, **kwargs) for actor, a in zip(self.actors, args, strict=True)]
-        return [self._get(ref, self.ids[i], method) for i, ref in enumerate(refs)]
+        """Every replica of every agent runs ``method`` (all at once); one merged result per agent."""
+        args = args_per_agent or [()] * len(self.groups)
+        refs = [[getattr(actor, method).remote(*a, **kwargs) for actor in group]
+                for group, a in zip(self.groups, args, strict=True)]
+        return [_merge(method, [self._get(ref, self.ids[i], method) for ref in rank_refs])
+                for i, rank_refs in enumerate(refs)]
 
     def _get(self, ref: Any, agent_id: str, method: str) -> Any:
         exc_mod = self._ray.exceptions
@@ -125,7 +145,7 @@ class RayBackend:
 
     def close(self) -> None:
         ray = self._ray
-        for actor in self.actors:
+        for actor in (a for group in self.groups for a in group):
             try:
                 ray.get(actor.close.remote(), timeout=60)
             except Exception as exc:  # noqa: BLE001 - a dead actor has nothing left to close
@@ -137,6 +157,23 @@ class RayBackend:
             remove_placement_group(self._placement)
         if self._started:
             ray.shutdown()
+
+
+def _merge(method: str, per_rank: list[Any]) -> Any:
+    """One agent's result from its replicas: rollouts and answers concatenated in rank order (each rank
+    answered its share of the prompts), anything else as rank 0 returned it (the same on every rank)."""
+    if len(per_rank) == 1:
+        return per_rank[0]
+    if method == "rollout":
+        rollouts = [r for part, _ in per_rank for r in part]
+        metrics: dict[str, float] = {"busy_s": max(m["busy_s"] for _, m in per_rank)}
+        for key in {k for _, m in per_rank for k in m} - {"busy_s"}:
+            values = [m[key] for _, m in per_rank if key in m]
+            metrics[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
+        return rollouts, metrics
+    if method == "generate_texts":
+        return [x for part in per_rank for x in part]
+    return per_rank[0]
 
 
 def make_backend(cfg: Config, *, resume_from: Path | None = None, step: int = 0) -> LocalBackend | RayBackend:

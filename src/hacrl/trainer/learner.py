@@ -11,8 +11,10 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from hacrl.agents.agent import Agent, token_logprobs
@@ -127,9 +129,15 @@ def update_learner(
     *,
     micro_batch_size: int,
     grad_clip: float,
+    dp_group: Any = None,
 ) -> dict[str, float]:
-    """Run one optimizer step per minibatch; returns metrics averaged over minibatches (weighted by rows)."""
+    """Run one optimizer step per minibatch; returns metrics averaged over minibatches (weighted by rows).
+
+    With ``dp_group`` (a ``torch.distributed`` group of replicas of this agent, each calling this with the
+    same rows), rank r takes micro-batches r, r+W, ...; gradients are summed across ranks before clipping,
+    so every replica takes the step one process would take on the whole minibatch."""
     assert agent.optimizer is not None
+    rank, world = (dist.get_rank(dp_group), dist.get_world_size(dp_group)) if dp_group is not None else (0, 1)
     loss_fn = POLICY_LOSSES.get(algo.loss)
     totals: dict[str, float] = defaultdict(float)
     weights: dict[str, float] = defaultdict(float)
@@ -137,7 +145,9 @@ def update_learner(
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = _loss_kwargs(algo, settings, m)
-        for start in range(0, len(mb), micro_batch_size):
+        for i, start in enumerate(range(0, len(mb), micro_batch_size)):
+            if i % world != rank:
+                continue
             micro = mb[start : start + micro_batch_size]
             batch = agent.batch([r.prompt_ids for r in micro], [r.answer_ids for r in micro])
             device = agent.device
@@ -160,11 +170,42 @@ def update_learner(
             # weight by the micro-batch's share of the minibatch: the sum equals the minibatch's mean loss
             (loss * (len(micro) / len(mb))).backward()
             _accumulate(totals, weights, metrics, len(micro))
+        if dp_group is not None:
+            _sum_gradients(agent.model, dp_group)
         grad_norm = torch.nn.utils.clip_grad_norm_(agent.model.parameters(), grad_clip)
         agent.optimizer.step()
         totals["grad_norm"] += float(grad_norm) * len(mb)
         weights["grad_norm"] += len(mb)
+    if dp_group is not None:
+        totals, weights = _merge_across(totals, weights, dp_group)
     return {k: totals[k] / weights[k] for k in totals if weights[k] > 0}
+
+
+def _sum_gradients(model: torch.nn.Module, group: Any) -> None:
+    """All-reduce (sum) the gradients of the trainable parameters as one flat buffer; a rank that had no
+    micro-batch contributes zeros."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+
+
+def _merge_across(totals: dict, weights: dict, group: Any) -> tuple[dict, dict]:
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, (dict(totals), dict(weights)), group=group)
+    merged_t: dict[str, float] = defaultdict(float)
+    merged_w: dict[str, float] = defaultdict(float)
+    for t, w in gathered:
+        for k, v in t.items():
+            merged_t[k] += v
+        for k, v in w.items():
+            # count/* carry weight 1 on every rank (a total, not a mean)
+            merged_w[k] = 1.0 if k.startswith("count/") else merged_w[k] + v
+    return merged_t, merged_w  # grad_norm: the same total and weight on every rank, so the same ratio
 
 
 def _accumulate(totals: dict, weights: dict, metrics: dict[str, Tensor], n: int) -> None:

@@ -10,6 +10,12 @@ rollout log-probs from ``rollout`` to ``update`` itself: they never leave it.
 Each worker samples from its own seeded torch RNG stream (swapped in around generation), so an agent's
 answers do not depend on which other agents ran before it in the same process: the local and the Ray
 backend draw the same samples for the same seed.
+
+Data parallel (``agents[i].data_parallel = W``, Ray only): W workers hold replicas of one agent and form
+a ``torch.distributed`` group (NCCL on GPUs, Gloo on CPUs). Rank r answers its contiguous share of the
+prompts from its own random stream; the ranks exchange their own answers' tokens so each can build the
+whole view; in the update each rank runs every W-th micro-batch and gradients are summed before every
+optimizer step, so the replicas stay identical (``learner.update_learner``). Rank 0 writes the checkpoint.
 """
 
 from __future__ import annotations
@@ -72,12 +78,15 @@ class AgentWorker:
     ``env`` is set in the worker's process first (the Ray backend forwards ``HACRL_FAILPOINT`` with it)."""
 
     def __init__(self, cfg: Config, index: int, *, resume_from: Path | None = None, step: int = 0,
-                 env: dict[str, str] | None = None, threads: int | None = None) -> None:
+                 env: dict[str, str] | None = None, threads: int | None = None, rank: int = 0,
+                 world: int = 1) -> None:
         os.environ.update(env or {})
         if threads:
             torch.set_num_threads(threads)
         self.cfg = cfg
         self.index = index
+        self.rank, self.world = rank, world
+        self.dp_group: Any = None  # set by init_data_parallel
         self.spec = cfg.agents[index]
         self.algo = ALGORITHMS.get(cfg.algorithm.name)
         try:
@@ -85,9 +94,9 @@ class AgentWorker:
         except KeyError as exc:
             raise ConfigError(f"rollout.engine: {exc.args[0]}") from None
         self.agent = self._load(resume_from)
-        self._rng = torch.Generator().manual_seed(agent_seed(cfg.run.seed, index)).get_state()
-        if resume_from and (resume_from / "agents" / self.spec.id / RNG_FILE).is_file():
-            self._rng = torch.load(resume_from / "agents" / self.spec.id / RNG_FILE, weights_only=True)
+        self._rng = torch.Generator().manual_seed(agent_seed(cfg.run.seed, index) + 104_729 * rank).get_state()
+        if resume_from and (resume_from / "agents" / self.spec.id / self._rng_file).is_file():
+            self._rng = torch.load(resume_from / "agents" / self.spec.id / self._rng_file, weights_only=True)
         self._own: list[Sample] = []  # this step's own answers, kept from rollout to update
         self.step_idx = step
 
@@ -118,12 +127,36 @@ class AgentWorker:
             agent.load_optimizer(path)
         return agent
 
+    @property
+    def _rng_file(self) -> str:
+        return RNG_FILE if self.rank == 0 else f"rng-rank{self.rank}.pt"
+
     # ---- messages -------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         a = self.agent
         return {"id": a.id, "index": a.index, "model_class": type(a.model).__name__,
                 "parameters": a.num_parameters, "trainable": a.num_trainable, "vocab": len(a.tokenizer),
-                "source": a.source, "device": str(a.device), "host": socket.gethostname(), "pid": os.getpid()}
+                "source": a.source, "device": str(a.device), "host": socket.gethostname(), "pid": os.getpid(),
+                "rank": self.rank, "world": self.world}
+
+    def rendezvous(self) -> str:
+        """Rank 0: a ``tcp://host:port`` address for the data-parallel group."""
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return f"tcp://{_node_ip()}:{port}"
+
+    def init_data_parallel(self, address: str) -> None:
+        """Join this agent's data-parallel group (every rank calls it at the same time)."""
+        import torch.distributed as dist
+
+        backend = "nccl" if self.agent.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world)
+        self.dp_group = dist.group.WORLD
+
+    def _my_share(self, n: int) -> range:
+        per = -(-n // self.world)
+        return range(min(n, self.rank * per), min(n, (self.rank + 1) * per))
 
     @contextlib.contextmanager
     def _own_rng(self) -> Iterator[None]:
@@ -142,22 +175,34 @@ class AgentWorker:
         log-probs and the gap to the engine's is returned as metrics (rollout/training mismatch)."""
         start = time.perf_counter()
         self._wake_up()
-        rendered = [self.agent.render_prompt(p) for p in prompts]
+        share = self._my_share(len(prompts))
+        rendered = [self.agent.render_prompt(prompts[i]) for i in share]
         with self._own_rng():
             params = dataclasses.replace(params, seed=int(torch.randint(0, 2**31 - 1, (1,))))
-            samples = self.engine.generate(self.agent, rendered, params)
+            samples = self.engine.generate(self.agent, rendered, params) if rendered else []
         failpoint("rollout", self.step_idx + 1)
         metrics: dict[str, float] = {}
-        if recompute:
+        if recompute and samples:
             recomputed = self._recompute_logprobs(rendered, samples)
             metrics.update(logprob_gap(samples, recomputed))
             samples = recomputed
-        self._own = samples
+        samples = [dataclasses.replace(s, prompt_index=share.start + s.prompt_index) for s in samples]
+        self._own = self._gather(samples)
         texts = self.agent.decode_answers([list(s.token_ids) for s in samples])
         out = [Rollout(s.prompt_index, text, s.finished, float(sum(s.logps)), len(s.token_ids))
                for s, text in zip(samples, texts, strict=True)]
         metrics["busy_s"] = time.perf_counter() - start
         return out, metrics
+
+    def _gather(self, samples: list[Sample]) -> list[Sample]:
+        """Every rank's answers, in rank order (each rank trains on the whole view)."""
+        if self.dp_group is None:
+            return samples
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * self.world
+        dist.all_gather_object(parts, samples, group=self.dp_group)
+        return [s for part in parts for s in part]
 
     @torch.no_grad()
     def _recompute_logprobs(self, rendered: list[list[int]], samples: list[Sample]) -> list[Sample]:
@@ -190,7 +235,7 @@ class AgentWorker:
                                 self.spec.kl_coef)
         self._sleep_engine_for_training()
         metrics = update_learner(agent, mbs, self.algo, settings, micro_batch_size=cfg.trainer.micro_batch_size,
-                                 grad_clip=self.spec.grad_clip)
+                                 grad_clip=self.spec.grad_clip, dp_group=self.dp_group)
         self._wake_up()
         sync = getattr(self.engine, "sync_weights", None)
         if sync is not None:
@@ -218,19 +263,34 @@ class AgentWorker:
     def generate_texts(self, prompts: list[str], params: SamplingParams, batch_size: int = 256) -> list[tuple[int, str]]:
         """(prompt index, answer text) for evaluation, ``batch_size`` prompts per engine call."""
         self._wake_up()
+        share = self._my_share(len(prompts))
         out: list[tuple[int, str]] = []
         with self._own_rng():
-            for start in range(0, len(prompts), batch_size):
-                rendered = [self.agent.render_prompt(p) for p in prompts[start : start + batch_size]]
+            for start in range(share.start, share.stop, batch_size):
+                rendered = [self.agent.render_prompt(p) for p in prompts[start : min(start + batch_size, share.stop)]]
                 samples = self.engine.generate(self.agent, rendered, params)
                 texts = self.agent.decode_answers([list(s.token_ids) for s in samples])
                 out.extend((start + s.prompt_index, text) for s, text in zip(samples, texts, strict=True))
         return out
 
     def save(self, path: Path) -> None:
-        """Weights, tokenizer, optimizer (and reference) plus this worker's random stream."""
-        self.agent.save(path)
-        torch.save(self._rng, path / RNG_FILE)
+        """Weights, tokenizer, optimizer (and reference) plus this worker's random stream (data parallel:
+        rank 0 writes the replica, every rank its stream)."""
+        if self.rank == 0:
+            self.agent.save(path)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+        torch.save(self._rng, path / self._rng_file)
+
+    def weights_digest(self) -> str:
+        """A hash of the trainable weights (replicas of one agent must agree)."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for name, p in self.agent.model.named_parameters():
+            h.update(name.encode())
+            h.update(p.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
 
     def close(self) -> None:
         close = getattr(self.engine, "close", None)
@@ -247,6 +307,15 @@ class AgentWorker:
         wake = getattr(self.engine, "wake_up", None)
         if wake is not None:
             wake(self.agent)
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address())
+    except Exception:  # noqa: BLE001 - outside Ray: this host
+        return "127.0.0.1"
 
 
 def logprob_gap(engine: list[Sample], trained: list[Sample]) -> dict[str, float]:
