@@ -159,6 +159,10 @@ class Config(_Section):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"agents: duplicate id {dupes[0]!r}; give every agent a unique id")
+        if (self.rollout.engine_options.get("enable_sleep_mode") and self.backend.name != "ray"
+                and len(self.agents) > 1):
+            raise ValueError("rollout.engine_options.enable_sleep_mode: vLLM allows one sleeping engine per process; "
+                             "use backend.name=ray (one process per agent) or turn sleep mode off")
         for a in self.agents:
             if a.data_parallel > 1 and self.backend.name != "ray":
                 raise ValueError(f"agents.{a.id}.data_parallel={a.data_parallel} needs backend.name=ray")

@@ -58,6 +58,13 @@ BAD = [
     (["--set", "trainer.minibatch_size=7"], "trainer.minibatch_size=7"),
     (["--set", "agents.qwen-char.model=/nonexistent/model"], "agents.qwen-char.model"),
     (["--set", "agents.qwen-char.model=."], "agents.qwen-char.model"),  # a directory with no model in it
+    (["--set", "agents.qwen-char.data_parallel=2"], "needs backend.name=ray"),
+    (["--set", "rollout.engine_options.enable_sleep_mode=true"], "enable_sleep_mode"),
+    (["--set", "rollout.engine_options.bogus=1"], "rollout.engine_options.bogus"),
+    (["--set", "rollout.engine=sglang"], "rollout.engine"),
+    (["--set", "backend.name=ray", "--set", "agents.qwen-char.device=cuda"], "gets no GPU"),
+    (["--set", "backend.name=ray", "--set", "backend.num_gpus_per_agent=1", "--set", "agents.qwen-char.device=cuda:1"],
+     "device=cuda"),
     (["--preset", "no-such-preset"], "unknown"),
     (["--config", "missing.yaml"], "no such file"),
 ]

@@ -189,3 +189,16 @@ def test_a_missing_benchmark_file_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="trainer.eval_benchmarks.gsm8k"):
         make_trainer(tmp_path, "trainer.eval_benchmarks.gsm8k=/no/such/file.jsonl")
+
+
+def test_recomputed_old_logprobs_log_the_gap_to_the_engines(tmp_path):
+    """π_old by the training forward pass; the gap to the engine's log-probs is the rollout/training mismatch."""
+    same = make_trainer(tmp_path, "rollout.old_logprobs=recompute", name="t1").step()
+    hot = make_trainer(tmp_path, "rollout.temperature=0.7", name="t07").step()
+    for agent in ("qwen-char", "llama-bpe"):
+        # temperature 1: the hf engine's log-probs are the policy's own, up to float error
+        assert same[f"agent/{agent}/rollout/logp_gap_mean"] < 1e-5
+        assert same[f"agent/{agent}/rollout/seq_ratio_dev"] < 1e-5
+        # temperature 0.7: the engine's are the sharpened distribution's, so they differ
+        assert hot[f"agent/{agent}/rollout/logp_gap_mean"] > 1e-3
+        assert hot[f"agent/{agent}/rollout/logp_gap_max"] >= hot[f"agent/{agent}/rollout/logp_gap_mean"]

@@ -2,5 +2,6 @@
 
 from hacrl.rollout.base import ENGINES, RolloutEngine, Sample, SamplingParams, get_engine
 from hacrl.rollout import hf as _hf  # noqa: F401  (registers "hf")
+from hacrl.rollout import vllm as _vllm  # noqa: F401  (registers "vllm"; imports vllm itself only when used)
 
 __all__ = ["ENGINES", "RolloutEngine", "Sample", "SamplingParams", "get_engine"]

@@ -65,12 +65,12 @@ class RayBackend:
         self._ray = ray
         self.ids = [a.id for a in cfg.agents]
         self._started = False
+        resources = [self._resources(cfg, i) for i in range(len(cfg.agents))]  # checked before Ray starts
         if not ray.is_initialized():
             ray.init(address=cfg.backend.address, include_dashboard=False, log_to_driver=True,
                      configure_logging=False)
             self._started = True
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-        resources = [self._resources(cfg, i) for i in range(len(cfg.agents))]
         self._placement = self._placement_group(cfg, resources)
         remote_cls = ray.remote(AgentWorker)
         self.groups: list[list[Any]] = []  # per agent, its replicas in rank order
@@ -88,9 +88,10 @@ class RayBackend:
                 bundle += 1
                 threads = cfg.trainer.threads or max(1, int(num_cpus))
                 group.append(remote_cls.options(**options).remote(
-                    cfg, i, resume_from=resume_from, step=step, env=env, threads=threads, rank=rank, world=world))
+                    cfg, i, resume_from=resume_from, step=step, env=env, threads=threads, rank=rank, world=world,
+                    defer_setup=True))
             self.groups.append(group)
-        self.call("info")  # surfaces a failed load now, naming the agent
+        self.call("setup")  # loads every agent at once; a failure names the agent
         self._init_data_parallel()
 
     def _init_data_parallel(self) -> None:
@@ -104,8 +105,16 @@ class RayBackend:
     @staticmethod
     def _resources(cfg: Config, i: int) -> tuple[float, float]:
         spec, b = cfg.agents[i], cfg.backend
-        return (b.num_cpus_per_agent if spec.num_cpus is None else spec.num_cpus,
-                b.num_gpus_per_agent if spec.num_gpus is None else spec.num_gpus)
+        cpus = b.num_cpus_per_agent if spec.num_cpus is None else spec.num_cpus
+        gpus = b.num_gpus_per_agent if spec.num_gpus is None else spec.num_gpus
+        if spec.device.startswith("cuda") and gpus == 0:
+            raise ConfigError(f"agents.{spec.id}.device={spec.device} but its Ray actor gets no GPU; set "
+                              f"agents.{spec.id}.num_gpus or backend.num_gpus_per_agent")
+        ordinal = spec.device.partition(":")[2]
+        if ordinal.isdigit() and int(ordinal) >= max(1, int(gpus)):
+            raise ConfigError(f"agents.{spec.id}.device={spec.device}: a Ray actor sees only its own GPUs, as "
+                              f"cuda:0..{max(1, int(gpus)) - 1}; set agents.{spec.id}.device=cuda")
+        return cpus, gpus
 
     def _placement_group(self, cfg: Config, resources: list[tuple[float, float]]) -> Any:
         if cfg.backend.placement_strategy is None:
@@ -140,8 +149,9 @@ class RayBackend:
             raise AgentFailure(f"agent {agent_id!r} failed in {method}: {type(cause).__name__}: "
                                f"{_first_line(cause)}") from None
         except exc_mod.RayActorError as exc:
-            raise AgentFailure(f"agent {agent_id!r}: its Ray actor died during {method} "
-                               f"({_first_line(exc)})") from None
+            lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+            reason = lines[0] + (f" {lines[-1]}" if len(lines) > 1 else "")
+            raise AgentFailure(f"agent {agent_id!r}: its Ray actor died during {method} ({reason[:400]})") from None
 
     def close(self) -> None:
         ray = self._ray

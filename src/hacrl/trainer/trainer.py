@@ -414,12 +414,14 @@ def _benchmark_score(scorer: RewardScorer) -> Callable[[list[str], list[Problem]
 RESUMABLE_KEYS = {"trainer.steps", "trainer.eval_every", "trainer.eval_size", "trainer.checkpoint_every",
                   "trainer.keep_last", "trainer.log_samples", "trainer.threads", "trainer.micro_batch_size",
                   "trainer.eval_benchmarks",
-                  "run.name", "run.output_dir", "run.tensorboard", "task.reward_timeout_s"}
+                  "run.name", "run.output_dir", "run.tensorboard", "task.reward_timeout_s", "backend"}
+# Per-agent fields that may change too (where the agent runs, not what it learns).
+RESUMABLE_AGENT_FIELDS = {"num_cpus", "num_gpus"}
 
 
 def first_training_difference(old: Any, new: Any, prefix: str = "") -> str | None:
     """The first dotted key whose value differs between two config trees, ignoring ``RESUMABLE_KEYS``."""
-    if prefix in RESUMABLE_KEYS:
+    if prefix in RESUMABLE_KEYS or (prefix.startswith("agents.") and prefix.rsplit(".", 1)[-1] in RESUMABLE_AGENT_FIELDS):
         return None
     if isinstance(old, dict) and isinstance(new, dict):
         for k in sorted(set(old) & set(new)):  # a key on one side only: a field added since the run began

@@ -67,6 +67,26 @@ def resolve_model_path(spec: str) -> Path:
     return Path(spec).expanduser()
 
 
+def make_engine(cfg: Config) -> Any:
+    """The configured rollout engine; an unknown engine or option is a one-line ConfigError."""
+    import inspect
+
+    from hacrl.rollout import ENGINES
+
+    r = cfg.rollout
+    try:
+        cls = ENGINES.get(r.engine)
+    except KeyError as exc:
+        raise ConfigError(f"rollout.engine: {exc.args[0]}") from None
+    params = inspect.signature(cls).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(r.engine_options) - set(params))
+        if unknown:
+            raise ConfigError(f"rollout.engine_options.{unknown[0]}: not an option of the {r.engine} engine; "
+                              f"valid: {', '.join(params) or 'none'}")
+    return get_engine(r.engine, **r.engine_options)
+
+
 def agent_seed(run_seed: int, index: int) -> int:
     """The seed of agent ``index``'s sampling stream."""
     return (run_seed * 1_000_003 + 7919 * (index + 1)) % (2**63 - 1)
@@ -79,7 +99,7 @@ class AgentWorker:
 
     def __init__(self, cfg: Config, index: int, *, resume_from: Path | None = None, step: int = 0,
                  env: dict[str, str] | None = None, threads: int | None = None, rank: int = 0,
-                 world: int = 1) -> None:
+                 world: int = 1, defer_setup: bool = False) -> None:
         os.environ.update(env or {})
         if threads:
             torch.set_num_threads(threads)
@@ -89,16 +109,21 @@ class AgentWorker:
         self.dp_group: Any = None  # set by init_data_parallel
         self.spec = cfg.agents[index]
         self.algo = ALGORITHMS.get(cfg.algorithm.name)
-        try:
-            self.engine = get_engine(cfg.rollout.engine, **cfg.rollout.engine_options)
-        except KeyError as exc:
-            raise ConfigError(f"rollout.engine: {exc.args[0]}") from None
+        self.step_idx = step
+        self._resume_from = resume_from
+        self._own: list[Sample] = []  # this step's own answers, kept from rollout to update
+        if not defer_setup:
+            self.setup()
+
+    def setup(self) -> None:
+        """Build the engine and load the agent (a Ray actor does it in a method call, not in its
+        constructor, so that a failure arrives with its original exception)."""
+        cfg, resume_from = self.cfg, self._resume_from
+        self.engine = make_engine(cfg)
         self.agent = self._load(resume_from)
-        self._rng = torch.Generator().manual_seed(agent_seed(cfg.run.seed, index) + 104_729 * rank).get_state()
+        self._rng = torch.Generator().manual_seed(agent_seed(cfg.run.seed, self.index) + 104_729 * self.rank).get_state()
         if resume_from and (resume_from / "agents" / self.spec.id / self._rng_file).is_file():
             self._rng = torch.load(resume_from / "agents" / self.spec.id / self._rng_file, weights_only=True)
-        self._own: list[Sample] = []  # this step's own answers, kept from rollout to update
-        self.step_idx = step
 
     def _load(self, resume_from: Path | None) -> Agent:
         spec, cfg = self.spec, self.cfg

@@ -1,0 +1,283 @@
+"""The ``vllm`` rollout engine (extra ``hacrl[vllm]``): sampling with one in-process ``vllm.LLM`` per agent.
+
+Design:
+
+- **Lazy.** ``vllm`` is imported inside methods only; without it, constructing the engine raises a
+  one-line :class:`~hacrl.errors.InputError`. Options come from ``rollout.engine_options``; an unknown
+  key is an InputError naming ``rollout.engine_options.<key>``.
+- **One LLM per agent**, keyed by ``agent.id``, built on the agent's first ``generate`` from its
+  *current* weights: config + weights are written to a temporary directory (not ``agent.source``, which
+  is wrong after a resume or for a LoRA agent) and vLLM loads that. No tokenizer is loaded
+  (``skip_tokenizer_init``): prompts are token ids and nothing is detokenized. ``dtype`` defaults to the
+  agent's own (vLLM's ``"auto"`` would run a float32 model in float16/bfloat16).
+- **Sampling.** Each (prompt, sample) pair is one request with ``n=1``, prompt-major like ``hf``
+  (prefix caching shares the prompt's KV). With ``params.seed`` the request for prompt i, sample j gets
+  seed ``seed + i*n + j``, so the same call gives the same samples. Generation stops only at
+  ``agent.eos_id`` (``ignore_eos`` + ``stop_token_ids``: a model's other EOS ids don't stop it, as in
+  ``hf``); the EOS is kept with its log-prob and ``finished`` means "ended with EOS".
+- **Log-probs.** vLLM V1 returns *raw* log-probs by default (``logprobs_mode="raw_logprobs"``: the model's
+  log-softmax before temperature / top-p), i.e. ``Sample.logps`` holds the temperature-1 policy's
+  log-probs at every temperature, unlike ``hf``. The trainer recomputes π_old by the training forward
+  pass for this engine, so these serve only to measure the engine/trainer mismatch.
+- **Weight sync** (``sync_weights``, after each update): the trained weights are streamed into the
+  engine's model in place — ``model.load_weights`` on the in-process worker, which needs
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set here unless the user set it) — then the prefix cache is
+  reset. If that fails the engine is rebuilt from a saved copy (slow; logged once). A LoRA agent sends
+  merged weights under the base model's names: W + ΔW per LoRA layer, computed one tensor at a time
+  (the training model is not modified; DoRA and ``modules_to_save`` are refused).
+- **Sleep mode** (``enable_sleep_mode``): ``sleep`` frees the engine's GPU memory during training
+  (``LLM.sleep(level=1)``: weights to CPU, KV cache dropped); ``wake_up``, ``generate`` and
+  ``sync_weights`` wake it. vLLM allows one sleep-mode engine per process (its memory pool is
+  process-wide): one agent per process (``backend.name=ray``), else a one-line error. Without sleep mode
+  ``sleep``/``wake_up`` are no-ops.
+
+Limits: tensor parallel size 1; an engine lives in its agent worker's process and shares its GPU with
+training (size ``gpu_memory_utilization`` for that). Targets vLLM 0.10+ (V1). GPU tests:
+``pytest -m gpu tests/gpu/test_vllm.py``; ``bash bench/gpu_smoke.sh`` runs them and 3 real steps.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hacrl.errors import InputError
+from hacrl.rollout.base import ENGINES, Sample, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+NEEDS_VLLM = "rollout.engine=vllm needs the vllm extra (a CUDA machine): pip install 'hacrl[vllm]'"
+DTYPES = (None, "auto", "float32", "bfloat16", "float16")
+LOGPROBS_MODES = (None, "raw_logprobs", "processed_logprobs")  # newer vLLM only; unset: its default, raw
+OPTIONS = "rollout.engine_options"
+
+
+def _vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError:
+        raise InputError(NEEDS_VLLM) from None
+    return vllm
+
+
+@ENGINES.register("vllm")
+class VLLMEngine:
+    def __init__(self, *, gpu_memory_utilization: float = 0.3, max_model_len: int | None = None,
+                 enable_sleep_mode: bool = False, dtype: str | None = None, enforce_eager: bool = False,
+                 seed: int = 0, enable_prefix_caching: bool = True, max_num_seqs: int | None = None,
+                 logprobs_mode: str | None = None, **unknown: Any) -> None:
+        if unknown:
+            raise InputError(f"{OPTIONS}.{min(unknown)}: unknown option of the vllm engine; valid: dtype, "
+                             "enable_prefix_caching, enable_sleep_mode, enforce_eager, gpu_memory_utilization, "
+                             "logprobs_mode, max_model_len, max_num_seqs, seed")
+        for key, value, ok, rule in (
+            ("gpu_memory_utilization", gpu_memory_utilization, 0.0 < gpu_memory_utilization <= 1.0, "in (0, 1]"),
+            ("dtype", dtype, dtype in DTYPES, f"one of {DTYPES[1:]}"),
+            ("logprobs_mode", logprobs_mode, logprobs_mode in LOGPROBS_MODES, f"one of {LOGPROBS_MODES[1:]}"),
+        ):
+            if not ok:
+                raise InputError(f"{OPTIONS}.{key} must be {rule}, got {value!r}")
+        if not _vllm_installed():
+            raise InputError(NEEDS_VLLM)
+        optional = {"max_model_len": max_model_len, "max_num_seqs": max_num_seqs, "logprobs_mode": logprobs_mode}
+        self.llm_kwargs: dict[str, Any] = {
+            "gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": enable_sleep_mode,
+            "enforce_eager": enforce_eager, "seed": seed, "enable_prefix_caching": enable_prefix_caching,
+            "skip_tokenizer_init": True,
+            **{k: v for k, v in optional.items() if v is not None},  # else vLLM's default
+        }
+        self.dtype = dtype
+        self.sleep_mode = enable_sleep_mode
+        self._llms: dict[str, Any] = {}
+        self._asleep: set[str] = set()
+        self._synced: set[str] = set()  # agents whose weights went in place at least once
+        self._rebuild: set[str] = set()  # agents whose in-place load failed: rebuilt after every update
+        self._tmp: str | None = None
+
+    # ---- sampling -----------------------------------------------------------------------------
+    def generate(self, agent: Any, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
+        vllm = _import_vllm()
+        llm = self._llm(agent)
+        common = {"n": 1, "max_tokens": params.max_new_tokens, "logprobs": 0, "detokenize": False,
+                  "ignore_eos": True, "stop_token_ids": [agent.eos_id],
+                  "temperature": 0.0 if params.greedy else params.temperature,
+                  "top_p": 1.0 if params.greedy else params.top_p}
+        rows = [(i, j) for i in range(len(prompts)) for j in range(params.n)]
+        seeds = [None if params.seed is None else params.seed + i * params.n + j for i, j in rows]
+        outputs = llm.generate([{"prompt_token_ids": list(prompts[i])} for i, _ in rows],
+                               [vllm.SamplingParams(**common, seed=s) for s in seeds], use_tqdm=False)
+        return [_to_sample(i, out.outputs[0], agent.eos_id) for (i, _), out in zip(rows, outputs, strict=True)]
+
+    def _llm(self, agent: Any) -> Any:
+        if agent.id not in self._llms:
+            self._llms[agent.id] = self._build(agent)
+        self.wake_up(agent)
+        return self._llms[agent.id]
+
+    def _build(self, agent: Any) -> Any:
+        vllm = _import_vllm()
+        if self.sleep_mode and _sleep_pool_in_use():
+            raise InputError(f"{OPTIONS}.enable_sleep_mode: vLLM allows one sleep-mode engine per process and "
+                             f"agent {agent.id} would be the second; set it false, or use backend.name=ray")
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process
+        self._tmp = self._tmp or tempfile.mkdtemp(prefix="hacrl-vllm-")
+        path = Path(self._tmp) / f"agent-{agent.index}"
+        shutil.rmtree(path, ignore_errors=True)
+        start = time.perf_counter()
+        save_weights(agent.model, path)
+        dtype = self.dtype or str(_base_model(agent.model).dtype).removeprefix("torch.")
+        llm = vllm.LLM(model=str(path), dtype=dtype, **self.llm_kwargs)
+        logger.info("vllm[%s]: engine built (%s) in %.1fs", agent.id, dtype, time.perf_counter() - start)
+        return llm
+
+    # ---- optional hooks -----------------------------------------------------------------------
+    def sync_weights(self, agent: Any) -> None:
+        """Load the agent's current weights into its engine (no-op before the engine exists)."""
+        if agent.id not in self._llms or self._sync_in_place(agent):
+            return
+        self._drop(agent.id)  # release the old engine's memory before building the new one
+        self._llms[agent.id] = self._build(agent)
+
+    @torch.no_grad()
+    def _sync_in_place(self, agent: Any) -> bool:
+        if agent.id in self._rebuild:
+            return False
+        self.wake_up(agent)
+        llm = self._llms[agent.id]
+        try:
+            load_in_place(llm, hf_weights(agent.model))
+        except Exception as exc:  # noqa: BLE001  (whatever broke: fall back to the slow, safe path)
+            logger.warning("vllm[%s]: in-place weight load failed (%s: %s); rebuilding the engine from a saved "
+                           "copy after every update instead", agent.id, type(exc).__name__, exc)
+            self._rebuild.add(agent.id)
+            return False
+        llm.reset_prefix_cache()  # cached prefixes hold KV computed with the old weights
+        if agent.id not in self._synced:
+            logger.info("vllm[%s]: weights synced in place (model.load_weights)", agent.id)
+            self._synced.add(agent.id)
+        return True
+
+    def sleep(self, agent: Any) -> None:
+        if self.sleep_mode and agent.id in self._llms and agent.id not in self._asleep:
+            self._llms[agent.id].sleep(level=1)
+            self._asleep.add(agent.id)
+
+    def wake_up(self, agent: Any) -> None:
+        if agent.id in self._asleep:
+            self._llms[agent.id].wake_up()
+            self._llms[agent.id].reset_prefix_cache()
+            self._asleep.discard(agent.id)
+
+    def close(self) -> None:
+        for agent_id in list(self._llms):
+            self._drop(agent_id)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def _drop(self, agent_id: str) -> None:
+        llm = self._llms.pop(agent_id, None)
+        self._asleep.discard(agent_id)
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception as exc:  # noqa: BLE001  (best effort: the references go below anyway)
+            logger.debug("vllm[%s]: shutdown: %s", agent_id, exc)
+        del llm
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _sleep_pool_in_use() -> bool:
+    """Whether vLLM's process-wide sleep-mode memory pool already holds an engine (vLLM asserts it is
+    empty when it loads one)."""
+    try:
+        from vllm.device_allocator.cumem import CuMemAllocator
+
+        return CuMemAllocator.get_instance().get_current_usage() > 0
+    except Exception:  # noqa: BLE001  (moved, or built without it: let vLLM's own check speak)
+        return False
+
+
+def _to_sample(prompt_index: int, completion: Any, eos_id: int) -> Sample:
+    ids = list(completion.token_ids)
+    if eos_id in ids:
+        ids = ids[: ids.index(eos_id) + 1]
+    logps = tuple(float(completion.logprobs[t][tok].logprob) for t, tok in enumerate(ids))
+    return Sample(prompt_index, tuple(ids), logps, bool(ids) and ids[-1] == eos_id)
+
+
+def load_in_place(llm: Any, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+    """``load_weights`` on the model of an in-process vLLM worker (V1 with multiprocessing off, or V0)."""
+    engine = llm.llm_engine
+    executor = getattr(engine, "model_executor", None) or getattr(
+        getattr(engine.engine_core, "engine_core", None), "model_executor", None)
+    if executor is None:
+        raise RuntimeError("the engine core runs in another process (VLLM_ENABLE_V1_MULTIPROCESSING=1)")
+    worker = executor.driver_worker
+    runner = getattr(worker, "worker", worker).model_runner
+    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    loaded = model.load_weights(weights)
+    if loaded is not None and len(loaded) == 0:
+        raise RuntimeError("vLLM's load_weights matched no parameter name")
+
+
+def _base_model(model: Any) -> Any:
+    from hacrl.agents.lora import is_lora
+
+    return model.get_base_model() if is_lora(model) else model
+
+
+@torch.no_grad()
+def hf_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) in the base model's checkpoint names; a LoRA model's layers come merged, W + ΔW."""
+    from hacrl.agents.lora import is_lora
+
+    if not is_lora(model):
+        yield from model.state_dict().items()
+        return
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    lora_layers: dict[str, Any] = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
+    for name, tensor in base.state_dict().items():
+        if ".modules_to_save." in name or ".original_module." in name:
+            raise NotImplementedError(f"{name}: LoRA modules_to_save are not supported by the vllm engine")
+        if ".lora_" in name:
+            continue
+        if ".base_layer." in name:
+            layer_name, _, leaf = name.partition(".base_layer.")
+            name = f"{layer_name}.{leaf}"
+            layer = lora_layers[layer_name]
+            if leaf == "weight" and not layer.merged:
+                for adapter in layer.active_adapters:
+                    if layer.use_dora.get(adapter, False):
+                        raise NotImplementedError(f"{layer_name}: DoRA is not supported by the vllm engine")
+                    if adapter in layer.lora_A or adapter in layer.lora_embedding_A:
+                        tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
+        yield name, tensor
+
+
+def save_weights(model: Any, path: Path) -> None:
+    """A checkpoint vLLM can load: the base model's ``config.json`` + ``model.safetensors`` of
+    :func:`hf_weights` (CPU copies, so tied tensors are written twice; loaders skip the tied head)."""
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    _base_model(model).config.save_pretrained(path)
+    tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in hf_weights(model)}
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
