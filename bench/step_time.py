@@ -37,8 +37,9 @@ def worker(preset: str, algo: str, steps: int, threads: int, overrides: list[str
         start = time.perf_counter()
         for _ in range(steps):
             for k, v in trainer.step().items():
-                if k.startswith("timing/"):
-                    name = "update" if k.startswith("timing/update/") else k.removeprefix("timing/")
+                name = k.removeprefix("timing/")
+                # phase totals only (not timing/<phase>/<agent> nor the overlap ratios)
+                if k.startswith("timing/") and "/" not in name and not name.endswith("_overlap"):
                     totals[name] = totals.get(name, 0.0) + v
         wall = (time.perf_counter() - start) / steps
     per_step = {k: v / steps for k, v in totals.items()}

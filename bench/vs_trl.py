@@ -185,8 +185,10 @@ def run_hacrl(a: argparse.Namespace) -> dict[str, Any]:
             m = trainer.step()
             walls.append(time.perf_counter() - start)
             for k, v in m.items():
-                if k.startswith("timing/"):
-                    phases["update" if k.startswith("timing/update/") else k.removeprefix("timing/")] += v
+                name = k.removeprefix("timing/")
+                # phase totals only (not timing/<phase>/<agent> nor the overlap ratios)
+                if k.startswith("timing/") and "/" not in name and not name.endswith("_overlap"):
+                    phases[name] += v
             tokens.append(m["agent/m/answer_tokens"])
             updates.append(m["agent/m/optimizer_steps"])
             ratio, clip = m.get("agent/m/self/ratio_mean"), m.get("agent/m/self/clip_frac")
