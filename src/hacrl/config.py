@@ -48,6 +48,8 @@ class AgentSpec(_Section):
     max_prompt_tokens: int = Field(1024, gt=0)
     max_answer_tokens: int | None = Field(None, gt=0, description="training-view limit; default rollout.max_new_tokens")
     lora: LoraSpec | None = Field(None, description="train LoRA adapters only (peft); KL reference = adapters off")
+    gradient_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward "
+                                         "pass: far less memory for long answers, ~30% more compute")
     data_parallel: int = Field(1, ge=1, description="ray backend: replicas of this agent training data-parallel "
                                "(one actor each, num_cpus/num_gpus per replica)")
     num_cpus: float | None = Field(None, ge=0, description="ray backend: CPUs of this agent's actor "

@@ -202,3 +202,15 @@ def test_recomputed_old_logprobs_log_the_gap_to_the_engines(tmp_path):
         # temperature 0.7: the engine's are the sharpened distribution's, so they differ
         assert hot[f"agent/{agent}/rollout/logp_gap_mean"] > 1e-3
         assert hot[f"agent/{agent}/rollout/logp_gap_max"] >= hot[f"agent/{agent}/rollout/logp_gap_mean"]
+
+
+def test_gradient_checkpointing_takes_the_same_step(tmp_path):
+    plain = make_trainer(tmp_path, name="plain")
+    ckpt = make_trainer(tmp_path, "agents.qwen-char.gradient_checkpointing=true",
+                        "agents.llama-bpe.gradient_checkpointing=true", name="ckpt")
+    assert all(a.model.is_activation_checkpointing for a in ckpt.agents)
+    a, b = plain.step(), ckpt.step()
+    for agent_p, agent_c in zip(plain.agents, ckpt.agents):
+        assert a[f"agent/{agent_p.id}/pg_loss"] == pytest.approx(b[f"agent/{agent_c.id}/pg_loss"], abs=1e-6)
+        for (name, v), w in zip(agent_p.model.state_dict().items(), agent_c.model.state_dict().values()):
+            torch.testing.assert_close(v, w, atol=1e-6, rtol=1e-5, msg=name)

@@ -139,6 +139,9 @@ class AgentWorker:
             max_answer_tokens=spec.max_answer_tokens or cfg.rollout.max_new_tokens,
         )
         agent.source = spec.model
+        if spec.gradient_checkpointing:
+            # non-reentrant: works with frozen inputs (LoRA) and keeps the RNG-free forward exact
+            agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         agent.configure_optimizer(lr=spec.lr, weight_decay=spec.weight_decay)
         if spec.kl_coef > 0:
             if resume_from and (path / "reference").is_dir():
