@@ -113,7 +113,8 @@ class AlgorithmConfig(_Section):
 class TrainerConfig(_Section):
     steps: int = Field(20, ge=1)
     batch_size: int = Field(16, ge=1, description="prompts per step")
-    minibatch_size: int | None = Field(None, ge=1, description="sequences per optimizer step; default B·G/2")
+    minibatch_size: int | None = Field(None, ge=1, description="sequences per optimizer step; default B·G/2 "
+                                          "(G: rollout.rollouts_per_prompt) for every algorithm")
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward pass")
     eval_every: int = Field(0, ge=0, description="evaluate every E steps (0: only before and after)")
     eval_size: int = Field(500, ge=1, description="held-out problems per evaluation")
@@ -181,6 +182,21 @@ class Derived:
     num_minibatches: int  # optimizer steps per learner per training step
 
 
+def default_minibatch(batch_size: int, rollouts_per_prompt: int, rows_per_prompt: int) -> int:
+    """About B·G/2 answers per optimizer step for every algorithm, G the base rollouts per prompt (the
+    paper's 512 = 128·8/2), in whole prompt groups: so gspo2x makes as many updates per step as 2-agent
+    hacpo (4) and gspo half as many. The number of prompts per minibatch is the divisor of B whose
+    answers come closest to B·G/2 (ties: the larger).
+
+    >>> default_minibatch(16, 8, 16), default_minibatch(16, 8, 8), default_minibatch(16, 8, 24)
+    (64, 64, 48)
+    """
+    target = batch_size * rollouts_per_prompt / 2
+    divisors = [d for d in range(1, batch_size + 1) if batch_size % d == 0]
+    prompts = min(divisors, key=lambda d: (abs(d * rows_per_prompt - target), -d))
+    return prompts * rows_per_prompt
+
+
 def derive(cfg: Config, *, shares_pool: bool, rollout_multiplier: int, needs_groups: bool) -> Derived:
     """Check the combination of sections and compute derived values; raises ConfigError."""
     g = cfg.rollout.rollouts_per_prompt * rollout_multiplier
@@ -190,7 +206,8 @@ def derive(cfg: Config, *, shares_pool: bool, rollout_multiplier: int, needs_gro
                           f"at least 2 answers per prompt; set it to 2 or more")
     rows_per_prompt = g * (n if shares_pool else 1)
     rows = cfg.trainer.batch_size * rows_per_prompt
-    mb = cfg.trainer.minibatch_size or max(rows_per_prompt, cfg.trainer.batch_size * g // 2)
+    mb = cfg.trainer.minibatch_size or default_minibatch(cfg.trainer.batch_size, cfg.rollout.rollouts_per_prompt,
+                                                        rows_per_prompt)
     if mb % rows_per_prompt or rows % mb:
         raise ConfigError(
             f"trainer.minibatch_size={mb}: must be a multiple of the {rows_per_prompt} answers per prompt and "
