@@ -40,6 +40,9 @@ class AgentSpec(_Section):
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0, description="max gradient norm per optimizer step")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    autocast: Literal["bfloat16"] | None = Field(
+        None, description="compute forward passes in this dtype over the weights' own (mixed precision: float32 "
+        "weights and AdamW, bfloat16 matmuls)")
     device: str = "cpu"
     template: Literal["auto", "chat", "plain"] = Field("auto", description="prompt rendering")
     system_prompt: str | None = None

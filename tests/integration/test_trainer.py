@@ -214,3 +214,26 @@ def test_gradient_checkpointing_takes_the_same_step(tmp_path):
         assert a[f"agent/{agent_p.id}/pg_loss"] == pytest.approx(b[f"agent/{agent_c.id}/pg_loss"], abs=1e-6)
         for (name, v), w in zip(agent_p.model.state_dict().items(), agent_c.model.state_dict().values()):
             torch.testing.assert_close(v, w, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_mixed_precision_moves_weights_that_bf16_weights_round_away(tmp_path):
+    """lr 1e-6 on bf16 weights is below their resolution; float32 weights with bf16 autocast train."""
+    lr = ["agents.qwen-char.lr=1.0e-6", "agents.llama-bpe.lr=1.0e-6"]
+    bf16 = make_trainer(tmp_path, *lr, "agents.qwen-char.dtype=bfloat16", "agents.llama-bpe.dtype=bfloat16",
+                        name="bf16")
+    mixed = make_trainer(tmp_path, *lr, "agents.qwen-char.autocast=bfloat16", "agents.llama-bpe.autocast=bfloat16",
+                         name="mixed")
+    for trainer in (bf16, mixed):
+        before = [snapshot(a) for a in trainer.agents]
+        metrics = trainer.step()
+        moved = [sum((b[k] != v).float().mean().item() for k, v in a.model.state_dict().items()) / len(b)
+                 for a, b in zip(trainer.agents, before)]
+        trainer.moved = moved
+        for a in trainer.agents:
+            assert math.isfinite(metrics[f"agent/{a.id}/pg_loss"])
+    assert max(bf16.moved) < 0.05  # almost every bf16 weight rounded back to itself
+    assert min(mixed.moved) > 0.5  # most float32 weights moved
+    for a in mixed.agents:
+        assert next(a.model.parameters()).dtype == torch.float32
+        # mixed precision: π_old is recomputed, and the rollout/training gap is logged
+        assert f"agent/{a.id}/rollout/logp_gap_mean" in metrics

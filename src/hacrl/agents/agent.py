@@ -5,6 +5,7 @@ of the shared pool: its own answers as generated, other agents' answers re-token
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from dataclasses import dataclass
@@ -109,6 +110,7 @@ class Agent:
         self.max_answer_tokens = max_answer_tokens
         self.optimizer: torch.optim.Optimizer | None = None
         self.ref_model: Any = None
+        self.autocast_dtype: torch.dtype | None = None  # mixed precision: forward passes in this dtype
         self._prompt_cache: dict[str, list[int]] = {}
 
     # ---- set-up -------------------------------------------------------------------------------
@@ -127,6 +129,13 @@ class Agent:
         self.ref_model = copy.deepcopy(self.model).eval()
         for p in self.ref_model.parameters():
             p.requires_grad_(False)
+
+    def autocast(self) -> Any:
+        """The context every forward pass of this agent runs in: ``torch.autocast`` when mixed precision
+        is on (float32 weights and optimizer, bfloat16 matmuls), else nothing."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     @property
     def device(self) -> torch.device:
@@ -199,7 +208,8 @@ class Agent:
     def reference_logprobs(self, batch: TokenBatch) -> Tensor:
         if self.ref_model is None:
             raise RuntimeError(f"agent {self.id} has no reference model")
-        return token_logprobs(self.ref_model, batch)
+        with self.autocast():
+            return token_logprobs(self.ref_model, batch)
 
     # ---- persistence --------------------------------------------------------------------------
     def save(self, path: Path, *, with_optimizer: bool = True) -> None:

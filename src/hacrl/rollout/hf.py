@@ -13,6 +13,7 @@ sequences in micro-batches — the temperature-1 policy's log-probs, which is wh
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -50,21 +51,24 @@ class HFEngine:
         keep_scores = len(rows) * params.max_new_tokens * len(tok) * 4 <= self.scores_budget_bytes
         was_training = model.training
         model.eval()
+        # mixed precision (agents.<id>.autocast): sample under the agent's autocast, as it trains
+        autocast = agent.autocast() if hasattr(agent, "autocast") else contextlib.nullcontext()
         try:
-            res = model.generate(
-                input_ids=ids.to(agent.device), attention_mask=attn.to(agent.device),
-                max_new_tokens=params.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_id,
-                output_scores=keep_scores, return_dict_in_generate=True, **gen_kwargs,
-            )
-            new_ids_RT = res.sequences[:, width:].cpu()
-            if keep_scores:
-                # scores: one [rows, V] per generated position, after temperature / top-p processing
-                scores_RTV = torch.stack(res.scores, dim=1).float()
-                logp_RT = (scores_RTV.gather(-1, new_ids_RT[..., None].to(scores_RTV.device)).squeeze(-1)
-                           - torch.logsumexp(scores_RTV, dim=-1)).cpu()
-                del scores_RTV, res
-            else:
-                logp_RT = self._forward_logprobs(agent, rows, new_ids_RT)
+            with autocast:
+                res = model.generate(
+                    input_ids=ids.to(agent.device), attention_mask=attn.to(agent.device),
+                    max_new_tokens=params.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_id,
+                    output_scores=keep_scores, return_dict_in_generate=True, **gen_kwargs,
+                )
+                new_ids_RT = res.sequences[:, width:].cpu()
+                if keep_scores:
+                    # scores: one [rows, V] per generated position, after temperature / top-p processing
+                    scores_RTV = torch.stack(res.scores, dim=1).float()
+                    logp_RT = (scores_RTV.gather(-1, new_ids_RT[..., None].to(scores_RTV.device)).squeeze(-1)
+                               - torch.logsumexp(scores_RTV, dim=-1)).cpu()
+                    del scores_RTV, res
+                else:
+                    logp_RT = self._forward_logprobs(agent, rows, new_ids_RT)
         finally:
             model.train(was_training)
         is_eos_RT = new_ids_RT == eos_id

@@ -152,7 +152,8 @@ def update_learner(
             batch = agent.batch([r.prompt_ids for r in micro], [r.answer_ids for r in micro])
             device = agent.device
             mask_BT = batch.answer_mask_BT.to(device)
-            logp_BT = token_logprobs(agent.model, batch)
+            with agent.autocast():
+                logp_BT = token_logprobs(agent.model, batch)
             adv_B = torch.tensor([r.advantage for r in micro], device=device)
             ref_BT = agent.reference_logprobs(batch) if settings.kl_coef > 0 and agent.ref_model is not None else None
             common = {"ref_logp": ref_BT, "kl_coef": settings.kl_coef if ref_BT is not None else 0.0, **kwargs}

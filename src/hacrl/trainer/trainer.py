@@ -213,7 +213,10 @@ class Trainer:
         r = self.cfg.rollout
         if r.old_logprobs != "auto":
             return r.old_logprobs == "recompute"
-        return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0)
+        # the hf engine's log-probs are π_old exactly only at T=1, top-p 1 and full precision: under
+        # autocast, decoding and the training pass may run different low-precision kernels
+        mixed = any(a.autocast for a in self.cfg.agents)
+        return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0 and not mixed)
 
     def _score(self, problems: list[Problem], rollouts: list[list[Rollout]]) -> tuple[TrajectoryPool, dict]:
         flat = [(index, r) for index, answers in enumerate(rollouts) for r in answers]

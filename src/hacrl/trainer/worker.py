@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from hacrl.agents.agent import Agent, load_agent, token_logprobs
+from hacrl.agents.agent import DTYPES, Agent, load_agent, token_logprobs
 from hacrl.config import Config, ConfigError
 from hacrl.failpoints import failpoint
 from hacrl.pool import TrajectoryPool
@@ -139,6 +139,8 @@ class AgentWorker:
             max_answer_tokens=spec.max_answer_tokens or cfg.rollout.max_new_tokens,
         )
         agent.source = spec.model
+        if spec.autocast:
+            agent.autocast_dtype = DTYPES[spec.autocast]
         if spec.gradient_checkpointing:
             # non-reentrant: works with frozen inputs (LoRA) and keeps the RNG-free forward exact
             agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -241,7 +243,8 @@ class AgentWorker:
         for start in range(0, len(samples), mb):
             chunk = samples[start : start + mb]
             batch = agent.batch([rendered[s.prompt_index] for s in chunk], [list(s.token_ids) for s in chunk])
-            logp_BT = token_logprobs(agent.model, batch).cpu()
+            with agent.autocast():
+                logp_BT = token_logprobs(agent.model, batch).cpu()
             for i, s in enumerate(chunk):
                 lp = tuple(logp_BT[i][batch.answer_mask_BT[i]].tolist())
                 out.append(Sample(s.prompt_index, s.token_ids, lp, s.finished))
