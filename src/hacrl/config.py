@@ -119,6 +119,8 @@ class TrainerConfig(_Section):
     minibatch_size: int | None = Field(None, ge=1, description="sequences per optimizer step; default B·G/2 "
                                           "(G: rollout.rollouts_per_prompt) for every algorithm")
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward pass")
+    shared_prompt_forward: bool = Field(True, description="training forward runs each prompt once per micro-batch "
+                                        "and its answers on its KV cache (same log-probs, less compute)")
     eval_every: int = Field(0, ge=0, description="evaluate every E steps (0: only before and after)")
     eval_size: int = Field(500, ge=1, description="held-out problems per evaluation")
     eval_benchmarks: dict[str, str] = Field(

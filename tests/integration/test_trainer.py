@@ -205,7 +205,7 @@ def test_recomputed_old_logprobs_log_the_gap_to_the_engines(tmp_path):
 
 
 def test_gradient_checkpointing_takes_the_same_step(tmp_path):
-    plain = make_trainer(tmp_path, name="plain")
+    plain = make_trainer(tmp_path, "trainer.shared_prompt_forward=false", name="plain")  # checkpointing's path
     ckpt = make_trainer(tmp_path, "agents.qwen-char.gradient_checkpointing=true",
                         "agents.llama-bpe.gradient_checkpointing=true", name="ckpt")
     assert all(a.model.is_activation_checkpointing for a in ckpt.agents)
@@ -237,3 +237,21 @@ def test_mixed_precision_moves_weights_that_bf16_weights_round_away(tmp_path):
         assert next(a.model.parameters()).dtype == torch.float32
         # mixed precision: π_old is recomputed, and the rollout/training gap is logged
         assert f"agent/{a.id}/rollout/logp_gap_mean" in metrics
+
+
+@pytest.mark.parametrize("algo", ["hacpo", "grpo"])
+def test_the_shared_prompt_forward_takes_the_plain_forwards_step(tmp_path, algo):
+    """Each prompt once per micro-batch (with KL: the reference too) = prompt + answer per row."""
+    # one minibatch per learner: every metric is computed before the (only) optimizer step
+    kl = ["agents.qwen-char.kl_coef=0.1", "agents.llama-bpe.kl_coef=0.1", f"algorithm.name={algo}",
+          f"trainer.minibatch_size={32 if algo == 'hacpo' else 16}"]
+    plain = make_trainer(tmp_path, *kl, "trainer.shared_prompt_forward=false", name="plain")
+    shared = make_trainer(tmp_path, *kl, name="shared")
+    a, b = plain.step(), shared.step()
+    # compared through the step's metrics (after AdamW, weights whose gradient is ~0 move by ±lr on float
+    # rounding alone; the log-probs and gradients themselves: tests/integration/test_shared_prompt.py)
+    keys = [k for k in a if k.startswith("agent/") and k.rsplit("/", 1)[-1] in
+            ("pg_loss", "kl", "grad_norm", "ratio_mean", "clip_frac")]
+    assert len(keys) >= 8
+    for key in keys:
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from hacrl.agents.agent import Agent, token_logprobs
+from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_shared_prompt
 from hacrl.core import POLICY_LOSSES, group_advantages, hacpo_advantages, stepwise_lower_bound
 from hacrl.pool import TrajectoryPool
 from hacrl.trainer.algorithms import Algorithm
@@ -130,6 +131,7 @@ def update_learner(
     micro_batch_size: int,
     grad_clip: float,
     dp_group: Any = None,
+    shared_prompt: bool = True,
 ) -> dict[str, float]:
     """Run one optimizer step per minibatch; returns metrics averaged over minibatches (weighted by rows).
 
@@ -142,6 +144,7 @@ def update_learner(
     totals: dict[str, float] = defaultdict(float)
     weights: dict[str, float] = defaultdict(float)
     agent.model.train()
+    shared = shared_prompt and supports_shared_prompt(agent.model)
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = _loss_kwargs(algo, settings, m)
@@ -149,16 +152,14 @@ def update_learner(
             if i % world != rank:
                 continue
             micro = mb[start : start + micro_batch_size]
-            batch = agent.batch([r.prompt_ids for r in micro], [r.answer_ids for r in micro])
             device = agent.device
-            mask_BT = batch.answer_mask_BT.to(device)
-            with agent.autocast():
-                logp_BT = token_logprobs(agent.model, batch)
+            use_ref = settings.kl_coef > 0 and agent.ref_model is not None
+            logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, use_ref)
+            mask_BT = answer_mask_BT.to(device)
             adv_B = torch.tensor([r.advantage for r in micro], device=device)
-            ref_BT = agent.reference_logprobs(batch) if settings.kl_coef > 0 and agent.ref_model is not None else None
             common = {"ref_logp": ref_BT, "kl_coef": settings.kl_coef if ref_BT is not None else 0.0, **kwargs}
             if algo.loss == "grpo":
-                old_BT = _old_token_logps(micro, batch.answer_mask_BT).to(device)
+                old_BT = _old_token_logps(micro, answer_mask_BT).to(device)
                 loss, metrics = loss_fn(logp_BT, mask_BT, old_BT, adv_B, **common)
             else:
                 old_B = torch.tensor([r.old_logp_mean for r in micro], device=device)
@@ -180,6 +181,23 @@ def update_learner(
     if dp_group is not None:
         totals, weights = _merge_across(totals, weights, dp_group)
     return {k: totals[k] / weights[k] for k in totals if weights[k] > 0}
+
+
+def _forward(agent: Agent, micro: list[ViewRow], shared: bool, use_ref: bool) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Answer log-probs of the policy (and the reference) with their answer mask: each prompt once
+    (``shared_prompt``) or prompt + answer per row."""
+    prompts, answers = [r.prompt_ids for r in micro], [r.answer_ids for r in micro]
+    with agent.autocast():
+        if shared:
+            grouped = group_batch(prompts, answers, int(agent.tokenizer.pad_token_id))
+            logp = grouped_logprobs(agent.model, grouped)
+            if use_ref:
+                with torch.no_grad():
+                    ref = grouped_logprobs(agent.ref_model, grouped)
+            return logp, ref if use_ref else None, grouped.answer_mask_BA
+        batch = agent.batch(prompts, answers)
+        logp = token_logprobs(agent.model, batch)
+    return logp, agent.reference_logprobs(batch) if use_ref else None, batch.answer_mask_BT
 
 
 def _sum_gradients(model: torch.nn.Module, group: Any) -> None:

@@ -266,7 +266,8 @@ class AgentWorker:
                                 self.spec.kl_coef)
         self._sleep_engine_for_training()
         metrics = update_learner(agent, mbs, self.algo, settings, micro_batch_size=cfg.trainer.micro_batch_size,
-                                 grad_clip=self.spec.grad_clip, dp_group=self.dp_group)
+                                 grad_clip=self.spec.grad_clip, dp_group=self.dp_group,
+                                 shared_prompt=cfg.trainer.shared_prompt_forward)
         self._wake_up()
         sync = getattr(self.engine, "sync_weights", None)
         if sync is not None:
