@@ -14,6 +14,7 @@ gradient checkpointing is off (the two do not combine in ``transformers``); othe
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,8 @@ def group_batch(prompts: list[list[int]], answers: list[list[int]], pad_id: int)
 
 def supports_shared_prompt(model: Any) -> bool:
     """Whether ``grouped_logprobs`` can run this model (otherwise use the plain pass)."""
-    if getattr(model, "is_activation_checkpointing", False) or getattr(model, "is_gradient_checkpointing", False):
+    name = "is_activation_checkpointing" if hasattr(model, "is_activation_checkpointing") else "is_gradient_checkpointing"
+    if getattr(model, name, False):
         return False
     config = getattr(model, "config", None)
     if config is None:
@@ -62,6 +64,23 @@ def supports_shared_prompt(model: Any) -> bool:
     if any(t != "full_attention" for t in getattr(text, "layer_types", None) or []):
         return False  # sliding-window, linear or recurrent layers keep other caches
     return not (getattr(text, "use_sliding_window", False) and getattr(text, "sliding_window", None))
+
+
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """The keyword that hands a KV cache to ``model``'s forward: ``cache`` in newer ``transformers``,
+    ``past_key_values`` before (deprecated since 5.x)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "model", model)
+    forward = getattr(type(base), "forward", None)
+    try:
+        names = inspect.signature(forward).parameters if forward is not None else {}
+    except (TypeError, ValueError):
+        names = {}
+    return {"cache": cache} if "cache" in names else {"past_key_values": cache}
+
+
+def output_cache(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def grouped_logprobs(model: Any, batch: GroupedBatch) -> Tensor:
@@ -73,17 +92,17 @@ def grouped_logprobs(model: Any, batch: GroupedBatch) -> Tensor:
     prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     out = model(input_ids=batch.prompt_ids_UP.to(device), attention_mask=prompt_mask, position_ids=prompt_pos,
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
+                use_cache=True, logits_to_keep=1, **cache_kwargs(model, cache))
     rows = batch.row_prompt_B.to(device)
     first_BV = out.logits[:, -1][rows]  # the last prompt token predicts answer token 0
-    cache = out.past_key_values
+    cache = output_cache(out)
     cache.batch_select_indices(rows)  # each row gets its prompt's keys and values (gradients flow back)
     answer_ids = batch.answer_ids_BA.to(device)
     answer_mask = batch.answer_mask_BA.to(device)
     attn = torch.cat([prompt_mask[rows], answer_mask.long()], dim=1)
     positions = prompt_mask.sum(-1)[rows][:, None] + torch.arange(answer_ids.shape[1], device=device)
-    out = model(input_ids=answer_ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
-                use_cache=True)
+    out = model(input_ids=answer_ids, attention_mask=attn, position_ids=positions, use_cache=True,
+                **cache_kwargs(model, cache))
     logits_BAV = torch.cat([first_BV[:, None], out.logits[:, :-1]], dim=1).float()
     logp_BA = logits_BAV.gather(-1, answer_ids[..., None]).squeeze(-1) - torch.logsumexp(logits_BAV, dim=-1)
     return logp_BA * answer_mask

@@ -1,14 +1,21 @@
-"""The ``hf`` rollout engine: batched sampling with ``transformers``' ``generate``.
+"""The ``hf`` rollout engine: batched sampling from a ``transformers`` causal LM.
 
 Prompts are left-padded, each repeated ``n`` times; generation stops at the agent's EOS or after
-``max_new_tokens``. Per-token log-probs come from the processed scores (temperature and top-p applied),
-so at temperature 1 / top-p 1 they equal the training forward pass's log-probs of the same tokens.
+``max_new_tokens``. Per-token log-probs are those of the sampling distribution (temperature and top-p
+applied), so at temperature 1 / top-p 1 they equal the training forward pass's log-probs of the same
+tokens.
 
-``generate(output_scores=True)`` keeps a [rows, vocab] tensor per generated token. When that would
-exceed ``scores_budget_bytes`` (long answers, large vocabularies: 256 rows × 4096 tokens × 150k vocab is
-~600 GB), scores are not kept; the log-probs are then computed by a forward pass over the finished
-sequences in micro-batches — the temperature-1 policy's log-probs, which is what the trainer uses as
-π_old (at other temperatures it recomputes them anyway).
+Two samplers give the same tokens from the same random state (a test holds them equal):
+
+- ``loop`` (default): a plain decoding loop over the model's KV cache — temperature, then top-p, then
+  ``torch.multinomial`` on the softmax, as ``generate`` does — that keeps only the sampled tokens'
+  log-probs (memory: rows × steps floats). It samples the policy and nothing else: a model's
+  ``generation_config.json`` (repetition penalty, top-k, min-p, ...) is not applied.
+- ``generate``: ``transformers``' ``generate(output_scores=True)``, which keeps a [rows, vocab] tensor per
+  generated token. When that would exceed ``scores_budget_bytes`` (256 rows × 4096 tokens × 150k vocab
+  is ~600 GB), scores are not kept and the log-probs come from a forward pass over the finished
+  sequences — the temperature-1 policy's, which is what the trainer uses as π_old (at other
+  temperatures it recomputes them anyway).
 """
 
 from __future__ import annotations
@@ -23,10 +30,14 @@ from hacrl.rollout.base import ENGINES, Sample, SamplingParams
 
 @ENGINES.register("hf")
 class HFEngine:
-    def __init__(self, batch_size: int = 256, scores_budget_bytes: int = 1 << 30, forward_batch: int = 16) -> None:
-        self.batch_size = batch_size  # sequences per generate() call, bounds memory
+    def __init__(self, batch_size: int = 256, scores_budget_bytes: int = 1 << 30, forward_batch: int = 16,
+                 sampler: str = "loop") -> None:
+        if sampler not in ("loop", "generate"):
+            raise ValueError(f"rollout.engine_options.sampler must be loop or generate, got {sampler!r}")
+        self.batch_size = batch_size  # sequences per call, bounds memory
         self.scores_budget_bytes = scores_budget_bytes
         self.forward_batch = forward_batch
+        self.sampler = sampler
 
     @torch.no_grad()
     def generate(self, agent: Any, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
@@ -45,30 +56,17 @@ class HFEngine:
         for r, (_, p) in enumerate(rows):
             ids[r, width - len(p) :] = torch.tensor(p)
             attn[r, width - len(p) :] = 1
-        gen_kwargs: dict[str, Any] = {"do_sample": False} if params.greedy else {
-            "do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0,
-        }
-        keep_scores = len(rows) * params.max_new_tokens * len(tok) * 4 <= self.scores_budget_bytes
         was_training = model.training
         model.eval()
         # mixed precision (agents.<id>.autocast): sample under the agent's autocast, as it trains
         autocast = agent.autocast() if hasattr(agent, "autocast") else contextlib.nullcontext()
         try:
             with autocast:
-                res = model.generate(
-                    input_ids=ids.to(agent.device), attention_mask=attn.to(agent.device),
-                    max_new_tokens=params.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_id,
-                    output_scores=keep_scores, return_dict_in_generate=True, **gen_kwargs,
-                )
-                new_ids_RT = res.sequences[:, width:].cpu()
-                if keep_scores:
-                    # scores: one [rows, V] per generated position, after temperature / top-p processing
-                    scores_RTV = torch.stack(res.scores, dim=1).float()
-                    logp_RT = (scores_RTV.gather(-1, new_ids_RT[..., None].to(scores_RTV.device)).squeeze(-1)
-                               - torch.logsumexp(scores_RTV, dim=-1)).cpu()
-                    del scores_RTV, res
+                if self.sampler == "loop":
+                    new_ids_RT, logp_RT = _sample_loop(model, ids.to(agent.device), attn.to(agent.device), params,
+                                                       eos_id=eos_id, pad_id=pad_id)
                 else:
-                    logp_RT = self._forward_logprobs(agent, rows, new_ids_RT)
+                    new_ids_RT, logp_RT = self._generate(agent, rows, ids, attn, params)
         finally:
             model.train(was_training)
         is_eos_RT = new_ids_RT == eos_id
@@ -80,6 +78,28 @@ class HFEngine:
             Sample(prompt_index, tuple(ids_rows[r][:n]), tuple(logp_rows[r][:n]), bool(done))
             for r, ((prompt_index, _), n, done) in enumerate(zip(rows, length_R.tolist(), finished_R.tolist()))
         ]
+
+    def _generate(self, agent: Any, rows: list[tuple[int, list[int]]], ids: torch.Tensor, attn: torch.Tensor,
+                  params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """``transformers``' generate: (new token ids [R, T], their log-probs [R, T]) on the CPU."""
+        tok = agent.tokenizer
+        gen_kwargs: dict[str, Any] = {"do_sample": False} if params.greedy else {
+            "do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0,
+        }
+        keep_scores = len(rows) * params.max_new_tokens * len(tok) * 4 <= self.scores_budget_bytes
+        res = agent.model.generate(
+            input_ids=ids.to(agent.device), attention_mask=attn.to(agent.device),
+            max_new_tokens=params.max_new_tokens, pad_token_id=int(tok.pad_token_id), eos_token_id=agent.eos_id,
+            output_scores=keep_scores, return_dict_in_generate=True, **gen_kwargs,
+        )
+        new_ids_RT = res.sequences[:, ids.shape[1] :].cpu()
+        if not keep_scores:
+            return new_ids_RT, self._forward_logprobs(agent, rows, new_ids_RT)
+        # scores: one [rows, V] per generated position, after temperature / top-p processing
+        scores_RTV = torch.stack(res.scores, dim=1).float()
+        logp_RT = (scores_RTV.gather(-1, new_ids_RT[..., None].to(scores_RTV.device)).squeeze(-1)
+                   - torch.logsumexp(scores_RTV, dim=-1)).cpu()
+        return new_ids_RT, logp_RT
 
     def _forward_logprobs(self, agent: Any, rows: list[tuple[int, list[int]]], new_ids_RT: torch.Tensor) -> torch.Tensor:
         """Temperature-1 log-probs of the generated tokens by a forward pass, ``forward_batch`` rows at a time."""
@@ -93,3 +113,52 @@ class HFEngine:
             for i, r in enumerate(chunk):
                 out[r] = logp_BT[i][batch.answer_mask_BT[i]]
         return out
+
+
+def _process(logits_RV: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Temperature, then top-p (the smallest set of tokens whose probability reaches top_p, at least one),
+    as ``transformers``' TemperatureLogitsWarper and TopPLogitsWarper."""
+    scores = logits_RV / params.temperature if params.temperature != 1.0 else logits_RV
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False)
+        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative <= 1 - params.top_p
+        remove[..., -1:] = False
+        scores = scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    return scores
+
+
+def _sample_loop(model: Any, ids_RP: torch.Tensor, attn_RP: torch.Tensor, params: SamplingParams, *,
+                 eos_id: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode up to ``max_new_tokens`` over the KV cache; rows that reached EOS get ``pad_id``. Returns
+    (token ids [R, T], their log-probs under the processed distribution [R, T]) on the CPU."""
+    from transformers import DynamicCache
+
+    from hacrl.agents.shared_prompt import cache_kwargs, output_cache
+
+    rows = ids_RP.shape[0]
+    position_R1 = (attn_RP.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids_RP, attention_mask=attn_RP, position_ids=position_R1, use_cache=True,
+                logits_to_keep=1, **cache_kwargs(model, DynamicCache()))
+    position_R1 = position_R1[:, -1:]
+    done_R = torch.zeros(rows, dtype=torch.bool, device=ids_RP.device)
+    tokens, logps = [], []
+    for step in range(params.max_new_tokens):
+        logits_RV = out.logits[:, -1].float()
+        if params.greedy:
+            next_R = logits_RV.argmax(dim=-1)
+            logp_RV = torch.log_softmax(logits_RV, dim=-1)
+        else:
+            scores_RV = _process(logits_RV, params)
+            next_R = torch.multinomial(scores_RV.softmax(dim=-1), num_samples=1).squeeze(1)
+            logp_RV = torch.log_softmax(scores_RV, dim=-1)
+        tokens.append(torch.where(done_R, pad_id, next_R))
+        logps.append(logp_RV.gather(1, next_R[:, None]).squeeze(1))
+        done_R = done_R | (tokens[-1] == eos_id)
+        if bool(done_R.all()) or step == params.max_new_tokens - 1:
+            break
+        attn_RP = torch.cat([attn_RP, attn_RP.new_ones((rows, 1))], dim=1)
+        position_R1 = position_R1 + 1
+        out = model(input_ids=tokens[-1][:, None], attention_mask=attn_RP, position_ids=position_R1,
+                    use_cache=True, **cache_kwargs(model, output_cache(out)))
+    return torch.stack(tokens, dim=1).cpu(), torch.stack(logps, dim=1).cpu()

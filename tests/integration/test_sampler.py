@@ -1,0 +1,39 @@
+"""The hf engine's own decoding loop draws the same tokens, with the same log-probs, as transformers'
+generate from the same random state (sampling at T=1, with temperature and top-p, and greedy)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hacrl.agents.agent import load_agent
+from hacrl.agents.tiny import tiny_agent_path
+from hacrl.rollout.base import SamplingParams
+from hacrl.rollout.hf import HFEngine
+
+
+@pytest.mark.parametrize("name", ["qwen2-char-early", "llama-bpe"])
+@pytest.mark.parametrize("params", [
+    SamplingParams(n=4, max_new_tokens=6),
+    SamplingParams(n=4, max_new_tokens=6, temperature=0.7, top_p=0.9),
+    SamplingParams(n=1, max_new_tokens=6, greedy=True),
+], ids=["t1", "t0.7-top0.9", "greedy"])
+def test_the_decoding_loop_samples_what_generate_samples(name, params):
+    torch.set_num_threads(1)
+    agent = load_agent("a", 0, tiny_agent_path(name))
+    # prompts of different lengths (left padding), some answered past EOS within 6 tokens
+    prompts = [agent.render_prompt(q) for q in ("7+8=", "12+34=", "3+4+5=", "99+1=", "")[:4]]
+    torch.manual_seed(3)
+    loop = HFEngine(sampler="loop").generate(agent, prompts, params)
+    torch.manual_seed(3)
+    ref = HFEngine(sampler="generate").generate(agent, prompts, params)
+    assert [(s.prompt_index, s.token_ids, s.finished) for s in loop] == \
+        [(s.prompt_index, s.token_ids, s.finished) for s in ref]
+    for a, b in zip(loop, ref):
+        torch.testing.assert_close(torch.tensor(a.logps), torch.tensor(b.logps), atol=1e-5, rtol=0)
+    assert any(s.finished for s in loop) and len({s.token_ids for s in loop}) > 1
+
+
+def test_an_unknown_sampler_is_refused():
+    with pytest.raises(ValueError, match="sampler"):
+        HFEngine(sampler="beam")
