@@ -61,6 +61,7 @@ BAD = [
     (["--set", "agents.qwen-char.data_parallel=2"], "needs backend.name=ray"),
     (["--set", "rollout.engine_options.enable_sleep_mode=true"], "enable_sleep_mode"),
     (["--set", "rollout.engine_options.bogus=1"], "rollout.engine_options.bogus"),
+    (["--set", "rollout.engine_options.sampler=beam"], "rollout.engine_options.sampler"),
     (["--set", "rollout.engine=sglang"], "rollout.engine"),
     (["--set", "backend.name=ray", "--set", "agents.qwen-char.device=cuda"], "gets no GPU"),
     (["--set", "backend.name=ray", "--set", "backend.num_gpus_per_agent=1", "--set", "agents.qwen-char.device=cuda:1"],

@@ -84,7 +84,10 @@ def make_engine(cfg: Config) -> Any:
         if unknown:
             raise ConfigError(f"rollout.engine_options.{unknown[0]}: not an option of the {r.engine} engine; "
                               f"valid: {', '.join(params) or 'none'}")
-    return get_engine(r.engine, **r.engine_options)
+    try:
+        return get_engine(r.engine, **r.engine_options)
+    except ValueError as exc:  # an option's value the engine refuses
+        raise ConfigError(str(exc)) from None
 
 
 def agent_seed(run_seed: int, index: int) -> int:
