@@ -149,7 +149,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise
     print(f"hacrl: run directory {run_dir}")
     _print_agents(trainer)
-    from hacrl.trainer.backends import AgentFailure
+    from hacrl.backends import AgentFailure
     from hacrl.trainer.checkpoint import latest_checkpoint
 
     try:

@@ -29,6 +29,8 @@ import torch
 import yaml
 
 from hacrl.agents.agent import Agent
+from hacrl.backends import AgentFailure, make_backend
+from hacrl.backends.worker import Rollout, resolve_model_path
 from hacrl.config import Config, ConfigError, derive, dump_config
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task
@@ -39,9 +41,7 @@ from hacrl.rewards import RewardScorer, ScoreResult
 from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
 from hacrl.trainer.algorithms import ALGORITHMS
-from hacrl.trainer.backends import AgentFailure, make_backend
 from hacrl.trainer.evaluation import EvalResult, score_answers
-from hacrl.trainer.worker import Rollout, resolve_model_path
 from hacrl.types import Problem, Trajectory
 
 __all__ = ["AgentFailure", "Trainer", "resolve_model_path"]

@@ -1,53 +1,27 @@
-"""Where the agents live: ``local`` (every ``AgentWorker`` in the trainer's process, called one after the
-other) or ``ray`` (one Ray actor per agent with its own CPUs/GPUs, called concurrently; an agent with
-``data_parallel: W`` gets W actors, one replica each, that the trainer addresses as one).
-
-The trainer talks to both through ``call(method, args_per_agent)``, which returns one result per agent in
-agent order. The algorithm never sees which backend runs it: the same seed gives the same metrics.
+"""The ``ray`` backend: one Ray actor per agent (per replica with ``data_parallel``), called concurrently.
 
 A Ray actor that dies (killed, out of memory, its node lost) or raises is reported as ``AgentFailure``
-naming the agent, the method and the cause; the run directory keeps its last complete checkpoint, so
-``hacrl train --resume`` continues from there.
+naming the agent, the method and the cause; bad input inside an actor stays the same one-line
+``InputError`` as locally.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hacrl.backends import AgentFailure
+from hacrl.backends.worker import AgentWorker
 from hacrl.config import Config, ConfigError
 from hacrl.errors import InputError
-from hacrl.trainer.worker import AgentWorker
 
 logger = logging.getLogger(__name__)
 
 # environment variables a worker process must see (fault injection for tests and drills)
 FORWARDED_ENV = ("HACRL_FAILPOINT",)
-
-
-class AgentFailure(RuntimeError):
-    """An agent's worker died or failed; the message names the agent, what it was doing and why."""
-
-
-class LocalBackend:
-    """Every agent in this process."""
-
-    name = "local"
-
-    def __init__(self, cfg: Config, *, resume_from: Path | None = None, step: int = 0) -> None:
-        self.workers = [AgentWorker(cfg, i, resume_from=resume_from, step=step) for i in range(len(cfg.agents))]
-
-    def call(self, method: str, args_per_agent: Sequence[tuple] | None = None, **kwargs: Any) -> list[Any]:
-        args = args_per_agent or [()] * len(self.workers)
-        return [getattr(w, method)(*a, **kwargs) for w, a in zip(self.workers, args, strict=True)]
-
-    def close(self) -> None:
-        for w in self.workers:
-            w.close()
 
 
 class RayBackend:
@@ -184,14 +158,6 @@ def _merge(method: str, per_rank: list[Any]) -> Any:
     if method == "generate_texts":
         return [x for part in per_rank for x in part]
     return per_rank[0]
-
-
-def make_backend(cfg: Config, *, resume_from: Path | None = None, step: int = 0) -> LocalBackend | RayBackend:
-    start = time.perf_counter()
-    backend = (RayBackend if cfg.backend.name == "ray" else LocalBackend)(cfg, resume_from=resume_from, step=step)
-    logger.info("backend %s: %d agents ready in %.1f s", cfg.backend.name, len(cfg.agents),
-                time.perf_counter() - start)
-    return backend
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,48 @@
+"""Where the agents live: ``local`` (every ``AgentWorker`` in the trainer's process, called one after the
+other) or ``ray`` (one Ray actor per agent with its own CPUs/GPUs, called concurrently; an agent with
+``data_parallel: W`` gets W actors, one replica each, that the trainer addresses as one).
+
+The trainer talks to both through ``call(method, args_per_agent)``, which returns one result per agent in
+agent order. The algorithm never sees which backend runs it: the same seed gives the same metrics.
+
+A Ray actor that dies (killed, out of memory, its node lost) or raises is reported as ``AgentFailure``
+naming the agent, the method and the cause; the run directory keeps its last complete checkpoint, so
+``hacrl train --resume`` continues from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hacrl.config import Config
+
+if TYPE_CHECKING:
+    from hacrl.backends.local import LocalBackend
+    from hacrl.backends.ray_actors import RayBackend
+
+logger = logging.getLogger(__name__)
+
+
+class AgentFailure(RuntimeError):
+    """An agent's worker died or failed; the message names the agent, what it was doing and why."""
+
+
+def make_backend(cfg: Config, *, resume_from: Path | None = None, step: int = 0) -> LocalBackend | RayBackend:
+    start = time.perf_counter()
+    if cfg.backend.name == "ray":
+        from hacrl.backends.ray_actors import RayBackend
+
+        backend: LocalBackend | RayBackend = RayBackend(cfg, resume_from=resume_from, step=step)
+    else:
+        from hacrl.backends.local import LocalBackend
+
+        backend = LocalBackend(cfg, resume_from=resume_from, step=step)
+    logger.info("backend %s: %d agents ready in %.1f s", cfg.backend.name, len(cfg.agents),
+                time.perf_counter() - start)
+    return backend
+
+
+__all__ = ["AgentFailure", "make_backend"]
