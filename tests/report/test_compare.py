@@ -254,3 +254,16 @@ def test_partial_run_is_resumed_and_checkpointless_run_restarted(comparison, tin
         assert (run / "checkpoints" / "step-000002" / "manifest.json").is_file()
         # the resumed run continues exactly, and the restarted one repeats its seed exactly
         assert metrics_without_timing(run) == expected[run]
+
+
+def test_phase_seconds_count_each_phase_once():
+    from hacrl.report.summary import _phase_seconds, _update_seconds
+
+    # since the worker split: totals beside per-agent times and overlap ratios
+    new = {"timing/rollout": 1.0, "timing/rollout/a": 0.6, "timing/rollout/b": 0.4, "timing/rollout_overlap": 1.0,
+           "timing/update": 2.0, "timing/update/a": 1.2, "timing/update/b": 0.8, "timing/update_overlap": 1.0,
+           "timing/reward": 0.5, "agent/a/reward": 0.3}
+    assert _phase_seconds(new) == 3.5 and _update_seconds(new) == 2.0
+    # before it: per-agent update times only
+    old = {"timing/rollout": 1.0, "timing/update/a": 1.2, "timing/update/b": 0.8, "timing/reward": 0.5}
+    assert _phase_seconds(old) == 3.5 and _update_seconds(old) == 2.0

@@ -74,16 +74,14 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
     }
     for d in data:
         o = outcome_of[d.algo, d.seed]
-        phases = sum(v for s, m in d.metrics.items() for k, v in m.items()
-                     if k.startswith("timing/") and isinstance(v, int | float))
+        phases = sum(_phase_seconds(m) for m in d.metrics.values())
         summary["runs"].append({
             "algorithm": d.algo, "seed": d.seed, "dir": str(o.run_dir), "status": o.status,
             "start": {a: d.evals.get((0, a)) for a in agent_ids},
             "final": {a: final_of(d, a) for a in agent_ids},
             "wall_s": o.wall_s, "phase_s": phases,
             "rollout_s": sum(m.get("timing/rollout", 0.0) for m in d.metrics.values()),
-            "update_s": sum(v for m in d.metrics.values() for k, v in m.items()
-                            if k.startswith("timing/update/")),
+            "update_s": sum(_update_seconds(m) for m in d.metrics.values()),
         })
     runs_of = {a: [r for r in summary["runs"] if r["algorithm"] == a] for a in algos}
 
@@ -263,3 +261,21 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
         paragraphs.append("Neither gspo nor gspo2x is in the comparison, so no paired differences were "
                           "computed.")
     return [p for p in paragraphs if p]
+
+
+def _phase_seconds(metrics: dict) -> float:
+    """The step's phase times: ``timing/<phase>`` totals only (not ``timing/<phase>/<agent>``, which runs
+    since the worker split log beside them, nor the ``*_overlap`` ratios)."""
+    total = 0.0
+    for k, v in metrics.items():
+        name = k.removeprefix("timing/")
+        if k.startswith("timing/") and isinstance(v, int | float) and not name.endswith("_overlap"):
+            if "/" not in name or (name.startswith("update/") and "timing/update" not in metrics):
+                total += v  # runs from before the split logged update time per agent only
+    return total
+
+
+def _update_seconds(metrics: dict) -> float:
+    if "timing/update" in metrics:
+        return metrics["timing/update"]
+    return sum(v for k, v in metrics.items() if k.startswith("timing/update/"))
