@@ -96,10 +96,15 @@ class Trainer:
             self.scorer.close()
             raise
         self._closed = False
-        self.agent_info: list[dict[str, Any]] = self.backend.call("info")
-        if resume_from:
-            self._truncate_logs(self.step_idx)
-        self.sink = self._make_sinks() if sinks else NullSink()
+        try:
+            self.agent_info: list[dict[str, Any]] = self.backend.call("info")
+            if resume_from:
+                self._truncate_logs(self.step_idx)
+            self.sink = self._make_sinks() if sinks else NullSink()
+        except BaseException:
+            self.backend.close()  # Ray actors must not outlive a trainer that never started
+            self.scorer.close()
+            raise
         self._rollout_metrics: dict[str, float] = {}
         self._stop_requested = False
         self._carried_timings: dict[str, float] = {}
