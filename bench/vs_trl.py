@@ -45,9 +45,10 @@ backward, clip, AdamW), plus its metrics. TRL: the interval between the ``on_ste
 last warm-up step and the last step, i.e. whole training-loop iterations: data loader, ``_prepare_inputs``
 (tokenize, ``model.generate``, decode, reward, advantages, metric gathers), ``compute_loss`` (forward +
 loss + metrics), backward, clip, AdamW, scheduler, the (disabled) log/save checks. Columns: ``generate``
-is hacrl's rollout phase / TRL's ``_generate`` (of which ``hf.gen`` is time inside ``model.generate``
-on both sides), ``reward`` hacrl's reward phase (decode + score) / TRL's ``_calculate_rewards``, ``fwd``
-the training forward (hacrl: ``token_logprobs`` in the update; TRL: ``compute_loss``), ``bwd+opt`` the rest
+is hacrl's rollout phase / TRL's ``_generate`` (of which ``hf.gen`` is time inside the decoding: hacrl's
+sampling loop, TRL's ``model.generate``), ``reward`` hacrl's reward phase (decode + score) / TRL's
+``_calculate_rewards``, ``fwd`` the training forward (hacrl: ``learner._forward`` in the update, each prompt
+once per micro-batch; TRL: ``compute_loss``), ``bwd+opt`` the rest
 of the update (backward, clip, AdamW, ...), ``other`` everything else in the step. ``s/step`` is the mean over
 the timed steps (the ratio uses it), ``median`` the median step, ``cpu`` the process CPU seconds per step
 (steadier than wall time on a shared machine at 1 thread; at 2+ threads it counts OpenMP spinning too),
@@ -152,6 +153,7 @@ def run_hacrl(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from hacrl.config import load_config
+    from hacrl.rollout import hf as hf_engine
     from hacrl.trainer import learner
     from hacrl.trainer.trainer import Trainer
 
@@ -172,8 +174,9 @@ def run_hacrl(a: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp), sinks=False)
         agent = trainer.agents[0]
-        agent.model.generate = clock.wrap("hf.gen", agent.model.generate)
-        learner.token_logprobs = clock.wrap("fwd", learner.token_logprobs)  # the update's forward only
+        hf_engine._sample_loop = clock.wrap("hf.gen", hf_engine._sample_loop)  # the decoding loop
+        agent.model.generate = clock.wrap("hf.gen", agent.model.generate)  # with --set sampler=generate
+        learner._forward = clock.wrap("fwd", learner._forward)  # the update's forward only
         for _ in range(a.warmup):
             trainer.step()
         clock.totals.clear()

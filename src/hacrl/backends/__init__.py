@@ -40,8 +40,8 @@ def make_backend(cfg: Config, *, resume_from: Path | None = None, step: int = 0)
         from hacrl.backends.local import LocalBackend
 
         backend = LocalBackend(cfg, resume_from=resume_from, step=step)
-    logger.info("backend %s: %d agents ready in %.1f s", cfg.backend.name, len(cfg.agents),
-                time.perf_counter() - start)
+    logger.log(logging.INFO if cfg.backend.name == "ray" else logging.DEBUG, "backend %s: %d agents ready in %.1f s",
+               cfg.backend.name, len(cfg.agents), time.perf_counter() - start)
     return backend
 
 
