@@ -27,7 +27,7 @@ def worker(preset: str, algo: str, steps: int, threads: int, overrides: list[str
     from transformers.utils import logging as hf_logging
 
     from hacrl.config import load_config
-    from hacrl.trainer.trainer import Trainer
+    from hacrl.trainer.trainer import Trainer, phase_times
 
     hf_logging.disable_progress_bar()
     torch.set_num_threads(threads)
@@ -38,11 +38,8 @@ def worker(preset: str, algo: str, steps: int, threads: int, overrides: list[str
         totals: dict[str, float] = {}
         start = time.perf_counter()
         for _ in range(steps):
-            for k, v in trainer.step().items():
-                name = k.removeprefix("timing/")
-                # phase totals only (not timing/<phase>/<agent> nor the overlap ratios)
-                if k.startswith("timing/") and "/" not in name and not name.endswith("_overlap"):
-                    totals[name] = totals.get(name, 0.0) + v
+            for name, v in phase_times(trainer.step()).items():
+                totals[name] = totals.get(name, 0.0) + v
         wall = (time.perf_counter() - start) / steps
     per_step = {k: v / steps for k, v in totals.items()}
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -155,7 +155,7 @@ def run_hacrl(a: argparse.Namespace) -> dict[str, Any]:
     from hacrl.config import load_config
     from hacrl.rollout import hf as hf_engine
     from hacrl.trainer import learner
-    from hacrl.trainer.trainer import Trainer
+    from hacrl.trainer.trainer import Trainer, phase_times
 
     _common_setup(a.threads)
     p, g, t = a.shape
@@ -187,11 +187,8 @@ def run_hacrl(a: argparse.Namespace) -> dict[str, Any]:
             start = time.perf_counter()
             m = trainer.step()
             walls.append(time.perf_counter() - start)
-            for k, v in m.items():
-                name = k.removeprefix("timing/")
-                # phase totals only (not timing/<phase>/<agent> nor the overlap ratios)
-                if k.startswith("timing/") and "/" not in name and not name.endswith("_overlap"):
-                    phases[name] += v
+            for name, v in phase_times(m).items():
+                phases[name] += v
             tokens.append(m["agent/m/answer_tokens"])
             updates.append(m["agent/m/optimizer_steps"])
             ratio, clip = m.get("agent/m/self/ratio_mean"), m.get("agent/m/self/clip_frac")

@@ -219,7 +219,9 @@ class _Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=step, description=f"reward {rewards}")
         elif self.enabled:
-            step_time = sum(v for k, v in metrics.items() if k.startswith("timing/"))
+            from hacrl.trainer.trainer import phase_times
+
+            step_time = sum(phase_times(metrics).values())
             print(f"step {step}/{self.trainer.cfg.trainer.steps}  reward {rewards}  ({step_time:.1f}s)",
                   file=sys.stderr, flush=True)
 

@@ -60,10 +60,12 @@ class RayBackend:
                     options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                         self._placement, placement_group_bundle_index=bundle)
                 bundle += 1
-                threads = cfg.trainer.threads or max(1, int(num_cpus))
+                # torch threads: the actor's whole CPUs, fewer if trainer.threads says so (more would
+                # oversubscribe the node: OpenMP threads of several actors spinning on the same cores)
+                threads = min(cfg.trainer.threads or 10**6, max(1, int(num_cpus)))
                 group.append(remote_cls.options(**options).remote(
                     cfg, i, resume_from=resume_from, step=step, env=env, threads=threads, rank=rank, world=world,
-                    defer_setup=True))
+                    defer_setup=True, quiet=True))
             self.groups.append(group)
         self.call("setup")  # loads every agent at once; a failure names the agent
         self._init_data_parallel()

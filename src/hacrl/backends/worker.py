@@ -102,8 +102,13 @@ class AgentWorker:
 
     def __init__(self, cfg: Config, index: int, *, resume_from: Path | None = None, step: int = 0,
                  env: dict[str, str] | None = None, threads: int | None = None, rank: int = 0,
-                 world: int = 1, defer_setup: bool = False) -> None:
+                 world: int = 1, defer_setup: bool = False, quiet: bool = False) -> None:
         os.environ.update(env or {})
+        if quiet:  # a Ray actor: no per-process progress bars interleaved in the driver's output
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            hf_logging.set_verbosity_error()
         if threads:
             torch.set_num_threads(threads)
         self.cfg = cfg

@@ -44,9 +44,24 @@ from hacrl.trainer.algorithms import ALGORITHMS
 from hacrl.trainer.evaluation import EvalResult, score_answers
 from hacrl.types import Problem, Trajectory
 
-__all__ = ["AgentFailure", "Trainer", "resolve_model_path"]
+__all__ = ["AgentFailure", "Trainer", "phase_times", "resolve_model_path"]
 
 logger = logging.getLogger(__name__)
+
+
+def phase_times(metrics: dict[str, Any]) -> dict[str, float]:
+    """A step's ``timing/<phase>`` totals in seconds: not the per-agent ``timing/<phase>/<agent>`` nor the
+    ``timing/<phase>_overlap`` ratios logged beside them.
+
+    >>> phase_times({"timing/rollout": 1.0, "timing/rollout/a": 0.6, "timing/rollout_overlap": 1.2, "x": 3})
+    {'rollout': 1.0}
+    """
+    out = {}
+    for k, v in metrics.items():
+        name = k.removeprefix("timing/")
+        if k.startswith("timing/") and "/" not in name and not name.endswith("_overlap"):
+            out[name] = float(v)
+    return out
 
 
 @contextlib.contextmanager
