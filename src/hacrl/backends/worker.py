@@ -55,16 +55,24 @@ class Rollout:
     num_tokens: int
 
 
-def resolve_model_path(spec: str) -> Path:
+def resolve_model_path(spec: str, field: str = "model") -> Path:
     """``builtin:<name>`` → a pretrained model converted from a package's GGUF file (cached on first use,
-    see ``hacrl.agents.gguf``) or a tiny agent shipped in the package; anything else is a directory."""
+    see ``hacrl.agents.gguf``) or a tiny agent shipped in the package; a local path that exists is that
+    path; ``org/name[@revision]`` otherwise is a model in the Hugging Face cache (``hacrl.agents.hub``,
+    never downloaded); anything else is a directory (checked when it loads)."""
     if spec.startswith("builtin:"):
         from hacrl.agents.gguf import PRETRAINED, pretrained_path
         from hacrl.agents.tiny import tiny_agent_path
 
         name = spec.removeprefix("builtin:")
         return pretrained_path(name) if name in PRETRAINED else tiny_agent_path(name)
-    return Path(spec).expanduser()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        from hacrl.agents.hub import is_hub_name, resolve_hub_model
+
+        if is_hub_name(spec):
+            return resolve_hub_model(spec, field=field)
+    return path
 
 
 def make_engine(cfg: Config) -> Any:
@@ -135,11 +143,12 @@ class AgentWorker:
 
     def _load(self, resume_from: Path | None) -> Agent:
         spec, cfg = self.spec, self.cfg
-        path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model)
+        field = f"agents.{spec.id}.model"
+        path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model, field)
         lora = spec.lora.model_dump() if spec.lora else None
         # a LoRA agent resumes as its base model plus the checkpoint's adapter
         agent = load_agent(
-            spec.id, self.index, resolve_model_path(spec.model) if lora else path, lora=lora,
+            spec.id, self.index, resolve_model_path(spec.model, field) if lora else path, lora=lora,
             adapter_path=path if lora and resume_from else None,
             dtype=spec.dtype, device=spec.device, template=spec.template,
             system_prompt=spec.system_prompt, chat_template_kwargs=spec.chat_template_kwargs,

@@ -80,8 +80,15 @@ def iter_rows(path: str | Path, *, split: str | None = None,
     """
     p = Path(path)
     if not p.exists():
+        from hacrl.agents.hub import is_hub_name, split_dataset_spec
+
+        if is_hub_name(split_dataset_spec(str(path))[0]):  # org/name[@rev][:split] in the Hub cache
+            from hacrl.agents.hub import hub_dataset_rows
+
+            yield from hub_dataset_rows(str(path), split)
+            return
         raise InputError(f"data file not found: {p}; fix: check the path (relative paths start at "
-                         f"{Path.cwd()})")
+                         f"{Path.cwd()}), or name a cached Hub dataset as org/name[:split]")
     try:
         if p.is_dir():
             yield from _hf_rows(p, split)
