@@ -22,6 +22,7 @@ from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_s
 from hacrl.core import POLICY_LOSSES, group_advantages, hacpo_advantages, stepwise_lower_bound
 from hacrl.pool import TrajectoryPool
 from hacrl.trainer.algorithms import Algorithm
+from hacrl.trainer.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
 
 
 @dataclass
@@ -137,7 +138,9 @@ def update_learner(
 
     With ``dp_group`` (a ``torch.distributed`` group of replicas of this agent, each calling this with the
     same rows), rank r takes micro-batches r, r+W, ...; gradients are summed across ranks before clipping,
-    so every replica takes the step one process would take on the whole minibatch."""
+    so every replica takes the step one process would take on the whole minibatch. An FSDP-sharded agent
+    (``hacrl.trainer.sharding``) sums them in its reduce-scatter instead, and pads with zero-weight
+    passes so that every rank runs as many forward/backward passes."""
     assert agent.optimizer is not None
     rank, world = (dist.get_rank(dp_group), dist.get_world_size(dp_group)) if dp_group is not None else (0, 1)
     loss_fn = POLICY_LOSSES.get(algo.loss)
@@ -145,12 +148,18 @@ def update_learner(
     weights: dict[str, float] = defaultdict(float)
     agent.model.train()
     shared = shared_prompt and supports_shared_prompt(agent.model)
+    sharded = is_sharded(agent.model)
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = _loss_kwargs(algo, settings, m)
-        for i, start in enumerate(range(0, len(mb), micro_batch_size)):
-            if i % world != rank:
-                continue
+        starts = list(range(0, len(mb), micro_batch_size))
+        # sharded: every rank runs as many passes (forward and backward are collectives); a rank short of
+        # a micro-batch repeats its first one with weight 0 (a padding pass, metrics dropped)
+        mine = starts[rank::world] or starts[:1]
+        passes = -(-len(starts) // world) if sharded else len(starts[rank::world])
+        for j in range(passes):
+            pad = j >= len(starts[rank::world])
+            start = mine[0] if pad else mine[j]
             micro = mb[start : start + micro_batch_size]
             device = agent.device
             use_ref = settings.kl_coef > 0 and agent.ref_model is not None
@@ -170,13 +179,14 @@ def update_learner(
                 else:
                     loss, metrics = loss_fn(logp_BT, mask_BT, old_B, adv_B, **common)
             # weight by the micro-batch's share of the minibatch: the sum equals the minibatch's mean loss
-            (loss * (len(micro) / len(mb))).backward()
-            _accumulate(totals, weights, metrics, len(micro))
-        if dp_group is not None:
-            _sum_gradients(agent.model, dp_group)
-        grad_norm = torch.nn.utils.clip_grad_norm_(agent.model.parameters(), grad_clip)
+            (loss * (0.0 if pad else len(micro) / len(mb))).backward()
+            if not pad:
+                _accumulate(totals, weights, metrics, len(micro))
+        if dp_group is not None and not sharded:  # FSDP has reduce-scattered (summed) them in backward
+            sum_replica_gradients(agent.model, dp_group)
+        grad_norm = clip_grad_norm(agent.model, grad_clip)
         agent.optimizer.step()
-        totals["grad_norm"] += float(grad_norm) * len(mb)
+        totals["grad_norm"] += grad_norm * len(mb)
         weights["grad_norm"] += len(mb)
     if dp_group is not None:
         totals, weights = _merge_across(totals, weights, dp_group)
@@ -198,19 +208,6 @@ def _forward(agent: Agent, micro: list[ViewRow], shared: bool, use_ref: bool) ->
         batch = agent.batch(prompts, answers)
         logp = token_logprobs(agent.model, batch)
     return logp, agent.reference_logprobs(batch) if use_ref else None, batch.answer_mask_BT
-
-
-def _sum_gradients(model: torch.nn.Module, group: Any) -> None:
-    """All-reduce (sum) the gradients of the trainable parameters as one flat buffer; a rank that had no
-    micro-batch contributes zeros."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p).clone()
-        offset += n
 
 
 def _merge_across(totals: dict, weights: dict, group: Any) -> tuple[dict, dict]:
