@@ -147,7 +147,12 @@ class RunConfig(_Section):
     name: str | None = Field(None, description="run directory name under output_dir; default: preset-time")
     output_dir: str = "runs"
     seed: int = 0
-    tensorboard: bool = True
+    loggers: list[Literal["jsonl", "tensorboard", "wandb", "trackio"]] | None = Field(
+        None, description="metric sinks (metrics.jsonl is always written); default: jsonl, plus tensorboard when "
+        "installed. A listed one that is not installed stops the run with the pip command")
+    project: str = Field("hacrl", description="wandb / trackio project name")
+    tensorboard: bool | None = Field(None, description="older switch: false leaves TensorBoard out; true asks for it "
+                                     "(one warning line at start when it is not installed)")
 
 
 class Config(_Section):

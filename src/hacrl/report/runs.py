@@ -26,7 +26,7 @@ RUN_RECORD = "compare.json"
 _NEUTRAL_KEYS = {
     "trainer.steps", "trainer.keep_last", "trainer.checkpoint_every", "trainer.log_samples",
     "trainer.threads", "trainer.eval_every", "trainer.micro_batch_size", "run.tensorboard", "run.name",
-    "run.output_dir", "task.reward_timeout_s",
+    "run.output_dir", "task.reward_timeout_s", "run.loggers", "run.project",
 }
 
 

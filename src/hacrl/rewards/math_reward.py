@@ -225,6 +225,20 @@ def math_verify_equal(gold: str, pred: str) -> bool:
         return False
 
 
+def warn_if_no_math_verify(task_cfg: Any, benchmarks: bool = False) -> bool:
+    """One warning line, at a run's start, when the ``math`` reward will grade (``task.reward: math``, a
+    dataset task's default, or benchmark evaluation) but math-verify is not installed, so that it falls
+    back to normalised string match (``\\frac{1}{2}`` vs ``0.5`` then scores 0). True if it warned."""
+    import importlib.util
+
+    uses_math = task_cfg.reward == "math" or (task_cfg.kind == "dataset" and task_cfg.reward is None) or benchmarks
+    if not uses_math or importlib.util.find_spec("math_verify") is not None:
+        return False
+    logger.warning("math-verify is not installed: the math reward grades by normalised string match only "
+                   "(equivalent forms like 1/2 and 0.5 score 0); fix: pip install 'hacrl[math]'")
+    return True
+
+
 # ---- the reward ---------------------------------------------------------------------------------
 @REWARDS.register("math")
 def math_answer(completion: str, sample: dict[str, Any]) -> float | None:

@@ -36,8 +36,10 @@ from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task
 from hacrl.errors import InputError
 from hacrl.pool import TrajectoryPool
-from hacrl.report.sinks import JsonlSink, MultiSink, NullSink, tensorboard_sink
+from hacrl.report.sinks import MultiSink, NullSink
+from hacrl.report.trackers import make_sinks, resolve_loggers
 from hacrl.rewards import RewardScorer, ScoreResult
+from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
 from hacrl.trainer.algorithms import ALGORITHMS
@@ -86,6 +88,8 @@ class Trainer:
             raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
         self.derived = derive(cfg, shares_pool=self.algo.shares_pool,
                               rollout_multiplier=self.algo.rollout_multiplier, needs_groups=True)
+        self.logger_names = resolve_loggers(cfg.run) if sinks else []  # a missing listed logger stops here
+        warn_if_no_math_verify(cfg.task, benchmarks=bool(cfg.trainer.eval_benchmarks))
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
         self.task = build_task(cfg.task, seed=cfg.run.seed, max_new_tokens=cfg.rollout.max_new_tokens)
@@ -199,11 +203,8 @@ class Trainer:
         return [w.agent for w in workers]
 
     def _make_sinks(self) -> MultiSink:
-        sinks: list[Any] = [JsonlSink(self.run_dir / "metrics.jsonl")]
-        if self.cfg.run.tensorboard:
-            # purge_step drops TensorBoard events a killed run wrote after the checkpoint
-            sinks.append(tensorboard_sink(self.run_dir / "tensorboard", purge_step=self.step_idx + 1))
-        return MultiSink(sinks)
+        return make_sinks(self.logger_names, self.run_dir, self.cfg.model_dump(mode="json"), step=self.step_idx,
+                          project=self.cfg.run.project)
 
     # ---- phases ---------------------------------------------------------------------------------
     def _next_problems(self) -> list[Problem]:
@@ -437,7 +438,8 @@ def _benchmark_score(scorer: RewardScorer) -> Callable[[list[str], list[Problem]
 RESUMABLE_KEYS = {"trainer.steps", "trainer.eval_every", "trainer.eval_size", "trainer.checkpoint_every",
                   "trainer.keep_last", "trainer.log_samples", "trainer.threads", "trainer.micro_batch_size",
                   "trainer.eval_benchmarks",
-                  "run.name", "run.output_dir", "run.tensorboard", "task.reward_timeout_s", "backend"}
+                  "run.name", "run.output_dir", "run.tensorboard", "run.loggers", "run.project",
+                  "task.reward_timeout_s", "backend"}
 # Per-agent fields that may change too (where the agent runs, not what it learns).
 RESUMABLE_AGENT_FIELDS = {"num_cpus", "num_gpus"}
 
