@@ -136,3 +136,23 @@ def test_saved_copy_loads_as_the_same_model(tmp_path, lora):
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids).logits, agent.model(input_ids=ids).logits,
                                    rtol=1e-5, atol=1e-5)
+
+
+def _named(names: list[str], numel: int = 4) -> list[tuple[str, torch.Tensor]]:
+    return [(n, torch.zeros(numel)) for n in names]
+
+
+def test_weight_chunks_keep_each_decoder_layer_whole_and_bound_the_size():
+    names = ["model.embed_tokens.weight"] + [f"model.layers.{i}.{leaf}" for i in range(4)
+                                             for leaf in ("q.weight", "k.weight", "v.weight")] + ["lm_head.weight"]
+    # 16 bytes a tensor; a chunk closes at the first layer boundary past 40 bytes
+    chunks = [[n for n, _ in c] for c in vllm_engine.weight_chunks(iter(_named(names)), limit=40)]
+    assert [n for c in chunks for n in c] == names  # every tensor once, in order
+    assert chunks[0] == ["model.embed_tokens.weight"] + [f"model.layers.0.{x}.weight" for x in "qkv"]
+    for chunk in chunks:
+        layers = {n.split(".")[2] for n in chunk if ".layers." in n}
+        assert all(sum(n.startswith(f"model.layers.{i}.") for n in chunk) in (0, 3) for i in layers)
+    # embed (16 B) is under the limit so layer 0 joins it; each layer (48 B) then fills a chunk by itself
+    assert chunks[1:] == [[f"model.layers.{i}.{x}.weight" for x in "qkv"] for i in (1, 2, 3)] + [["lm_head.weight"]]
+    # one huge limit: everything in one message
+    assert len(list(vllm_engine.weight_chunks(iter(_named(names)), limit=1 << 30))) == 1

@@ -19,12 +19,21 @@ Design:
   log-softmax before temperature / top-p), i.e. ``Sample.logps`` holds the temperature-1 policy's
   log-probs at every temperature, unlike ``hf``. The trainer recomputes π_old by the training forward
   pass for this engine, so these serve only to measure the engine/trainer mismatch.
-- **Weight sync** (``sync_weights``, after each update): the trained weights are streamed into the
-  engine's model in place — ``model.load_weights`` on the in-process worker, which needs
-  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set here unless the user set it) — then the prefix cache is
-  reset. If that fails the engine is rebuilt from a saved copy (slow; logged once). A LoRA agent sends
-  merged weights under the base model's names: W + ΔW per LoRA layer, computed one tensor at a time
-  (the training model is not modified; DoRA and ``modules_to_save`` are refused).
+- **Weight sync** (``sync_weights``, after each update): through vLLM's public RPC, not its internals.
+  Every engine is built with ``worker_extension_cls=`` :class:`WeightSyncExtension`, which vLLM mixes
+  into its worker class; ``LLM.collective_rpc("hacrl_load_weights", ...)`` then hands the worker the
+  trained tensors, which it loads with vLLM's own in-place reload (``Worker.reload_weights``: the
+  layerwise loader that also redoes the CPU/quantised kernels' weight repacking; a plain
+  ``model.load_weights`` on vLLM versions without it) — then the prefix cache is reset
+  (``LLM.reset_prefix_cache``). Tensors go in chunks of whole decoder layers (a fused q/k/v or gate/up
+  parameter is never split between two reloads), at most ~256 MiB past the first layer, so a merged LoRA
+  copy or a message to an out-of-process engine core never holds the whole model. It works with
+  vLLM's multiprocessing on or off (off is set here unless the user set it: the engine then lives in
+  the agent worker's own process, and its scripts need no ``__main__`` guard). Fallback: if the RPC
+  fails (an architecture or quantisation vLLM cannot reload in place), the engine is rebuilt from a saved
+  copy after every update (slow, always correct; logged once). A LoRA agent sends merged weights under the
+  base model's names: W + ΔW per LoRA layer, one tensor at a time (the training model is not modified;
+  DoRA and ``modules_to_save`` are refused).
 - **Sleep mode** (``enable_sleep_mode``): ``sleep`` frees the engine's GPU memory during training
   (``LLM.sleep(level=1)``: weights to CPU, KV cache dropped); ``wake_up``, ``generate`` and
   ``sync_weights`` wake it. vLLM allows one sleep-mode engine per process (its memory pool is
@@ -32,8 +41,11 @@ Design:
   ``sleep``/``wake_up`` are no-ops.
 
 Limits: tensor parallel size 1; an engine lives in its agent worker's process and shares its GPU with
-training (size ``gpu_memory_utilization`` for that). Targets vLLM 0.10+ (V1). GPU tests:
-``pytest -m gpu tests/gpu/test_vllm.py``; ``bash bench/gpu_smoke.sh`` runs them and 3 real steps.
+training (size ``gpu_memory_utilization`` for that). Targets vLLM 0.10+ (V1). On CPU (vLLM's CPU build,
+``bash scripts/setup_vllm.sh``): ``pytest -m vllm_cpu tests/rollout`` in ``.venv-vllm``; the CPU attention
+kernel takes head sizes 32, 64, 80, 96, 112, 128, ... only (not the shipped ``llama-bpe``'s 24), and
+``VLLM_CPU_KVCACHE_SPACE`` (GiB) sizes the KV cache. GPU tests: ``pytest -m gpu tests/gpu/test_vllm.py``;
+``bash bench/gpu_smoke.sh`` runs them and 3 real steps.
 """
 
 from __future__ import annotations
@@ -60,6 +72,8 @@ NEEDS_VLLM = "rollout.engine=vllm needs the vllm extra (a CUDA machine): pip ins
 DTYPES = (None, "auto", "float32", "bfloat16", "float16")
 LOGPROBS_MODES = (None, "raw_logprobs", "processed_logprobs")  # newer vLLM only; unset: its default, raw
 OPTIONS = "rollout.engine_options"
+EXTENSION = "hacrl.rollout.vllm.WeightSyncExtension"  # vLLM imports it by this name in its worker
+CHUNK_BYTES = 256 << 20  # a weight-sync message: whole decoder layers up to about this size
 
 
 def _vllm_installed() -> bool:
@@ -97,7 +111,7 @@ class VLLMEngine:
         self.llm_kwargs: dict[str, Any] = {
             "gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": enable_sleep_mode,
             "enforce_eager": enforce_eager, "seed": seed, "enable_prefix_caching": enable_prefix_caching,
-            "skip_tokenizer_init": True,
+            "skip_tokenizer_init": True, "worker_extension_cls": EXTENSION,
             **{k: v for k, v in optional.items() if v is not None},  # else vLLM's default
         }
         self.dtype = dtype
@@ -159,7 +173,10 @@ class VLLMEngine:
         self.wake_up(agent)
         llm = self._llms[agent.id]
         try:
-            load_in_place(llm, hf_weights(agent.model))
+            for chunk in weight_chunks(hf_weights(agent.model)):
+                loaded = llm.collective_rpc("hacrl_load_weights", args=(chunk,))
+                if min(loaded) < len(chunk):
+                    raise RuntimeError(f"vLLM's worker loaded {min(loaded)} of {len(chunk)} tensors")
         except Exception as exc:  # noqa: BLE001  (whatever broke: fall back to the slow, safe path)
             logger.warning("vllm[%s]: in-place weight load failed (%s: %s); rebuilding the engine from a saved "
                            "copy after every update instead", agent.id, type(exc).__name__, exc)
@@ -167,7 +184,7 @@ class VLLMEngine:
             return False
         llm.reset_prefix_cache()  # cached prefixes hold KV computed with the old weights
         if agent.id not in self._synced:
-            logger.info("vllm[%s]: weights synced in place (model.load_weights)", agent.id)
+            logger.info("vllm[%s]: weights synced in place (collective_rpc)", agent.id)
             self._synced.add(agent.id)
         return True
 
@@ -221,19 +238,44 @@ def _to_sample(prompt_index: int, completion: Any, eos_id: int) -> Sample:
     return Sample(prompt_index, tuple(ids), logps, bool(ids) and ids[-1] == eos_id)
 
 
-def load_in_place(llm: Any, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
-    """``load_weights`` on the model of an in-process vLLM worker (V1 with multiprocessing off, or V0)."""
-    engine = llm.llm_engine
-    executor = getattr(engine, "model_executor", None) or getattr(
-        getattr(engine.engine_core, "engine_core", None), "model_executor", None)
-    if executor is None:
-        raise RuntimeError("the engine core runs in another process (VLLM_ENABLE_V1_MULTIPROCESSING=1)")
-    worker = executor.driver_worker
-    runner = getattr(worker, "worker", worker).model_runner
-    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
-    loaded = model.load_weights(weights)
-    if loaded is not None and len(loaded) == 0:
-        raise RuntimeError("vLLM's load_weights matched no parameter name")
+class WeightSyncExtension:
+    """Mixed into vLLM's worker class (``worker_extension_cls``); its methods are called with
+    ``LLM.collective_rpc``. ``self`` is vLLM's worker."""
+
+    def hacrl_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
+        """Load checkpoint-format (HF-named) tensors into the running model in place; returns how many
+        tensors it was given (vLLM's reload warns about, and keeps, any parameter it did not receive)."""
+        reload = getattr(self, "reload_weights", None)
+        if reload is not None:  # vLLM's layerwise reload: loads, then redoes the kernels' weight processing
+            reload(weights_iterator=iter(weights), is_checkpoint_format=True)
+            return len(weights)
+        loaded = self.model_runner.model.load_weights(weights)  # type: ignore[attr-defined]  (older vLLM)
+        return len(weights) if loaded is None else len(loaded)
+
+
+def weight_chunks(weights: Iterator[tuple[str, torch.Tensor]], limit: int = CHUNK_BYTES
+                  ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """``weights`` in lists of whole decoder layers (``*.layers.<i>.*`` names stay together: vLLM fuses
+    q/k/v and gate/up into one parameter, which must be reloaded at once), each list closed once it holds
+    ``limit`` bytes.
+
+    >>> w = [(f"m.layers.{i // 2}.{n}", torch.zeros(4)) for i, n in enumerate("abcdef")]
+    >>> [[name for name, _ in chunk] for chunk in weight_chunks(iter(w), limit=20)]
+    [['m.layers.0.a', 'm.layers.0.b'], ['m.layers.1.c', 'm.layers.1.d'], ['m.layers.2.e', 'm.layers.2.f']]
+    """
+    chunk: list[tuple[str, torch.Tensor]] = []
+    size, group = 0, None
+    for name, tensor in weights:
+        head, sep, tail = name.partition(".layers.")
+        key = f"{head}.layers.{tail.split('.', 1)[0]}" if sep else name
+        if chunk and key != group and size >= limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((name, tensor))
+        size += tensor.numel() * tensor.element_size()
+        group = key
+    if chunk:
+        yield chunk
 
 
 def _base_model(model: Any) -> Any:
