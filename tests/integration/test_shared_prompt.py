@@ -53,3 +53,32 @@ def test_gradient_checkpointing_falls_back_to_the_plain_pass():
     agent = load_agent("a", 0, tiny_agent_path("qwen2-char"))
     agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     assert not supports_shared_prompt(agent.model)
+
+
+@pytest.mark.parametrize("name", ["qwen2-char", "llama-bpe"])
+def test_lean_token_logprobs_equal_the_full_log_softmax(name):
+    """``token_logprobs`` keeps only answer positions' logits (``logits_to_keep``) and reads the chosen
+    tokens in chunks; in float64 its values and gradients equal a float64 log-softmax over every position."""
+    from hacrl.agents.agent import accepts_logits_to_keep
+
+    torch.manual_seed(0)
+    agent = load_agent("a", 0, tiny_agent_path(name))
+    model = agent.model.double().train()
+    assert accepts_logits_to_keep(model)
+    prompts = [agent.render_prompt(p) for p in ["12+34=", "1+2+3+4+5=", "7+8="]]
+    answers = [agent.encode_answer(t, finished=True)[0] for t in ["46", "15 15", ""]]
+    batch = agent.batch(prompts, answers)
+    weights = torch.randn(batch.answer_mask_BT.shape, dtype=torch.float64)
+
+    out = model(input_ids=batch.input_ids_BL, attention_mask=batch.attention_mask_BL, use_cache=False)
+    want = torch.log_softmax(out.logits[:, :-1], -1).gather(-1, batch.input_ids_BL[:, 1:, None]).squeeze(-1)
+    want = want * batch.answer_mask_BT
+    (want * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+
+    got = token_logprobs(model, batch)
+    (got * weights).sum().backward()
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], atol=1e-10 * max(1.0, float(grads[n].abs().max())), rtol=0)

@@ -49,15 +49,40 @@ def pad_batch(prompts: list[list[int]], answers: list[list[int]], pad_id: int) -
 
 
 def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> Tensor:
-    """log π(token_{t+1} | tokens_≤t) for every position, float32 [B, L-1] (zero where not an answer)."""
+    """log π(token_{t+1} | tokens_≤t), float32 [B, L-1], zero where not an answer.
+
+    Lean: the model computes logits only from the first answer position of the batch on
+    (``logits_to_keep``, where the model takes it), and the chosen tokens' log-probs are read from them in
+    chunks (``hacrl.core.selected_logprobs``), never through a float32 log-softmax over every position."""
+    from hacrl.core.logprobs import selected_logprobs
+
     device = next(model.parameters()).device
-    out = model(
-        input_ids=batch.input_ids_BL.to(device), attention_mask=batch.attention_mask_BL.to(device), use_cache=False
-    )
-    logits_BTV = out.logits[:, :-1].float()
-    targets_BT = batch.input_ids_BL[:, 1:].to(device)
-    logp_BT = logits_BTV.gather(-1, targets_BT[..., None]).squeeze(-1) - torch.logsumexp(logits_BTV, dim=-1)
-    return logp_BT * batch.answer_mask_BT.to(device)
+    mask_BT = batch.answer_mask_BT.to(device)
+    length = batch.input_ids_BL.shape[1]
+    answer_positions = mask_BT.any(dim=0).nonzero()
+    first = int(answer_positions[0]) if len(answer_positions) else length - 2
+    keep = length - first  # logits of positions first .. L-1 (the last one predicts nothing)
+    extra = {"logits_to_keep": keep} if keep < length and accepts_logits_to_keep(model) else {}
+    out = model(input_ids=batch.input_ids_BL.to(device), attention_mask=batch.attention_mask_BL.to(device),
+                use_cache=False, **extra)
+    logits_BKV = out.logits
+    start = length - logits_BKV.shape[1]  # position of the first logit kept (0 without logits_to_keep)
+    targets_BK = torch.cat([batch.input_ids_BL[:, start + 1 :], batch.input_ids_BL[:, :1]], dim=1).to(device)
+    logp_BK = selected_logprobs(logits_BKV, targets_BK)[:, :-1]  # the last position predicts nothing
+    logp_BT = torch.nn.functional.pad(logp_BK, (start, 0))
+    return logp_BT * mask_BT
+
+
+def accepts_logits_to_keep(model: Any) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` (Hugging Face causal LMs since 4.50)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    forward = getattr(type(base), "forward", None)
+    try:
+        return forward is not None and "logits_to_keep" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class Agent:
@@ -262,12 +287,17 @@ def load_agent(
         path = lora_lib.merged_dir(path, f"agents.{agent_id}.model")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception on a damaged tokenizer.json
         raise InputError(f"agents.{agent_id}.model: no usable tokenizer in {path} ({_first_line(exc)})") from None
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"agents.{agent_id}.model: {path} is not a causal LM checkpoint ({_first_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - safetensors' or torch's error on a damaged weights file
+        files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+        raise InputError(f"agents.{agent_id}.model: {files[0] if len(files) == 1 else path} cannot be read "
+                         f"({type(exc).__name__}: {_first_line(exc)}); the weights are damaged or cut short: "
+                         f"copy them again") from None
     model.to(device)
     if adapter_path is not None:
         model = lora_lib.load_adapter(model, adapter_path)

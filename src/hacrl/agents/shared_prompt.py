@@ -87,6 +87,8 @@ def grouped_logprobs(model: Any, batch: GroupedBatch) -> Tensor:
     """log π(answer token j | prompt, answer_<j), float32 [B, A], zero outside ``answer_mask_BA``."""
     from transformers import DynamicCache
 
+    from hacrl.core.logprobs import selected_logprobs
+
     device = next(model.parameters()).device
     prompt_mask = batch.prompt_mask_UP.to(device)
     prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
@@ -103,6 +105,9 @@ def grouped_logprobs(model: Any, batch: GroupedBatch) -> Tensor:
     positions = prompt_mask.sum(-1)[rows][:, None] + torch.arange(answer_ids.shape[1], device=device)
     out = model(input_ids=answer_ids, attention_mask=attn, position_ids=positions, use_cache=True,
                 **cache_kwargs(model, cache))
-    logits_BAV = torch.cat([first_BV[:, None], out.logits[:, :-1]], dim=1).float()
-    logp_BA = logits_BAV.gather(-1, answer_ids[..., None]).squeeze(-1) - torch.logsumexp(logits_BAV, dim=-1)
-    return logp_BA * answer_mask
+    # answer token 0 from the prompt's last logit, token j ≥ 1 from answer position j−1 (the last position
+    # predicts nothing: its target is a placeholder), without concatenating the [B, A, V] logits
+    first_B1 = selected_logprobs(first_BV[:, None], answer_ids[:, :1])
+    targets_BA = torch.cat([answer_ids[:, 1:], answer_ids[:, :1]], dim=1)
+    rest_BA = selected_logprobs(out.logits, targets_BA)[:, :-1]
+    return torch.cat([first_B1, rest_BA], dim=1) * answer_mask

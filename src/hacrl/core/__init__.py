@@ -6,6 +6,7 @@ resolved ambiguities are listed in docs/architecture.md.
 
 from hacrl.core.advantages import group_advantages, hacpo_advantages, omega_matrix
 from hacrl.core.capability import CapabilityTracker
+from hacrl.core.logprobs import selected_logprobs
 from hacrl.core.losses import (
     AGGREGATIONS,
     POLICY_LOSSES,
@@ -30,6 +31,7 @@ __all__ = [
     "hacpo_loss",
     "kl_k3",
     "omega_matrix",
+    "selected_logprobs",
     "sequence_log_ratio",
     "stepwise_lower_bound",
 ]

@@ -8,8 +8,11 @@ proportion; minibatch m gets the stepwise cross bound ℓ_m (paper eq. 14, index
 
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +152,7 @@ def update_learner(
     agent.model.train()
     shared = shared_prompt and supports_shared_prompt(agent.model)
     sharded = is_sharded(agent.model)
+    clock = PhaseClock()
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = _loss_kwargs(algo, settings, m)
@@ -163,7 +167,7 @@ def update_learner(
             micro = mb[start : start + micro_batch_size]
             device = agent.device
             use_ref = settings.kl_coef > 0 and agent.ref_model is not None
-            logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, use_ref)
+            logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, use_ref, clock)
             mask_BT = answer_mask_BT.to(device)
             adv_B = torch.tensor([r.advantage for r in micro], device=device)
             common = {"ref_logp": ref_BT, "kl_coef": settings.kl_coef if ref_BT is not None else 0.0, **kwargs}
@@ -179,35 +183,62 @@ def update_learner(
                 else:
                     loss, metrics = loss_fn(logp_BT, mask_BT, old_B, adv_B, **common)
             # weight by the micro-batch's share of the minibatch: the sum equals the minibatch's mean loss
-            (loss * (0.0 if pad else len(micro) / len(mb))).backward()
+            with clock("backward"):
+                (loss * (0.0 if pad else len(micro) / len(mb))).backward()
             if not pad:
                 _accumulate(totals, weights, metrics, len(micro))
         if dp_group is not None and not sharded:  # FSDP has reduce-scattered (summed) them in backward
             sum_replica_gradients(agent.model, dp_group)
-        grad_norm = clip_grad_norm(agent.model, grad_clip)
-        agent.optimizer.step()
+        with clock("optimizer"):
+            grad_norm = clip_grad_norm(agent.model, grad_clip)
+            agent.optimizer.step()
         totals["grad_norm"] += grad_norm * len(mb)
         weights["grad_norm"] += len(mb)
     if dp_group is not None:
         totals, weights = _merge_across(totals, weights, dp_group)
-    return {k: totals[k] / weights[k] for k in totals if weights[k] > 0}
+    out = {k: totals[k] / weights[k] for k in totals if weights[k] > 0}
+    out.update({f"busy_{phase}_s": seconds for phase, seconds in clock.seconds.items()})  # this rank's
+    return out
 
 
-def _forward(agent: Agent, micro: list[ViewRow], shared: bool, use_ref: bool) -> tuple[Tensor, Tensor | None, Tensor]:
+class PhaseClock:
+    """Seconds spent per named phase of an update (``with clock("forward"): ...``), summed."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - start
+
+
+def _forward(agent: Agent, micro: list[ViewRow], shared: bool, use_ref: bool,
+             clock: PhaseClock | None = None) -> tuple[Tensor, Tensor | None, Tensor]:
     """Answer log-probs of the policy (and the reference) with their answer mask: each prompt once
     (``shared_prompt``) or prompt + answer per row."""
+    clock = clock or PhaseClock()
     prompts, answers = [r.prompt_ids for r in micro], [r.answer_ids for r in micro]
+    ref = None
     with agent.autocast():
         if shared:
             grouped = group_batch(prompts, answers, int(agent.tokenizer.pad_token_id))
-            logp = grouped_logprobs(agent.model, grouped)
+            with clock("forward"):
+                logp = grouped_logprobs(agent.model, grouped)
             if use_ref:
-                with torch.no_grad():
+                with clock("reference"), torch.no_grad():
                     ref = grouped_logprobs(agent.ref_model, grouped)
-            return logp, ref if use_ref else None, grouped.answer_mask_BA
+            return logp, ref, grouped.answer_mask_BA
         batch = agent.batch(prompts, answers)
-        logp = token_logprobs(agent.model, batch)
-    return logp, agent.reference_logprobs(batch) if use_ref else None, batch.answer_mask_BT
+        with clock("forward"):
+            logp = token_logprobs(agent.model, batch)
+    if use_ref:
+        with clock("reference"):
+            ref = agent.reference_logprobs(batch)
+    return logp, ref, batch.answer_mask_BT
 
 
 def _merge_across(totals: dict, weights: dict, group: Any) -> tuple[dict, dict]:
