@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import socket
 import time
@@ -34,11 +35,13 @@ import torch
 
 from hacrl.agents.agent import DTYPES, Agent, load_agent, token_logprobs
 from hacrl.config import Config, ConfigError
+from hacrl.errors import InputError, TrainingDiverged
 from hacrl.failpoints import failpoint
 from hacrl.pool import TrajectoryPool
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.rollout.base import Sample
 from hacrl.trainer.algorithms import ALGORITHMS
+from hacrl.trainer.checkpoint import DamagedCheckpoint
 from hacrl.trainer.learner import LossSettings, assign_advantages, build_view, minibatches, update_learner
 
 RNG_FILE = "rng.pt"
@@ -122,6 +125,7 @@ class AgentWorker:
         self.cfg = cfg
         self.index = index
         self.rank, self.world = rank, world
+        os.environ["HACRL_RANK"] = str(rank)  # rank-targeted failpoints (hacrl.failpoints)
         self.dp_group: Any = None  # set by init_data_parallel
         self.spec = cfg.agents[index]
         self.algo = ALGORITHMS.get(cfg.algorithm.name)
@@ -138,13 +142,20 @@ class AgentWorker:
         self.engine = make_engine(cfg)
         self.agent = self._load(resume_from)
         self._rng = torch.Generator().manual_seed(agent_seed(cfg.run.seed, self.index) + 104_729 * self.rank).get_state()
-        if resume_from and (resume_from / "agents" / self.spec.id / self._rng_file).is_file():
-            self._rng = torch.load(resume_from / "agents" / self.spec.id / self._rng_file, weights_only=True)
+        rng_file = resume_from / "agents" / self.spec.id / self._rng_file if resume_from else None
+        if rng_file is not None and rng_file.is_file():
+            self._rng = _from_checkpoint(rng_file, lambda: torch.load(rng_file, weights_only=True))
 
     def _load(self, resume_from: Path | None) -> Agent:
         spec, cfg = self.spec, self.cfg
+        check_device(spec.device, f"agents.{spec.id}.device")
         field = f"agents.{spec.id}.model"
-        path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model, field)
+        try:
+            path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model, field)
+            if spec.lora:
+                resolve_model_path(spec.model, field)
+        except FileNotFoundError as exc:  # an unknown builtin:<name>
+            raise InputError(f"{field}: {exc}") from None
         lora = spec.lora.model_dump() if spec.lora else None
         # a LoRA agent resumes as its base model plus the checkpoint's adapter
         agent = load_agent(
@@ -166,12 +177,13 @@ class AgentWorker:
             if resume_from and (path / "reference").is_dir():
                 from transformers import AutoModelForCausalLM
 
-                ref = AutoModelForCausalLM.from_pretrained(path / "reference", dtype=agent.model.dtype)
+                ref = _from_checkpoint(path / "reference", lambda: AutoModelForCausalLM.from_pretrained(
+                    path / "reference", dtype=agent.model.dtype))
                 agent.ref_model = ref.to(agent.device).eval().requires_grad_(False)
             else:
                 agent.enable_reference()
         if resume_from:
-            agent.load_optimizer(path)
+            _from_checkpoint(path / "optimizer.pt", lambda: agent.load_optimizer(path))
         return agent
 
     @property
@@ -200,6 +212,14 @@ class AgentWorker:
         backend = "nccl" if self.agent.device.type == "cuda" else "gloo"
         dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world)
         self.dp_group = dist.group.WORLD
+        if self.spec.fsdp:  # shard now that the group exists; a sharded checkpoint's shards go back in
+            from hacrl.trainer import sharding
+
+            sharding.shard_agent(self.agent, self.dp_group, offload=self.spec.cpu_offload, lr=self.spec.lr,
+                                 weight_decay=self.spec.weight_decay)
+            ckpt = self._resume_from / "agents" / self.spec.id if self._resume_from else None
+            if ckpt is not None and sharding.has_sharded(ckpt):
+                sharding.load_sharded(self.agent, ckpt, self.dp_group)
 
     def _my_share(self, n: int) -> range:
         per = -(-n // self.world)
@@ -224,13 +244,17 @@ class AgentWorker:
         self._wake_up()
         share = self._my_share(len(prompts))
         rendered = [self.agent.render_prompt(prompts[i]) for i in share]
-        with self._own_rng():
+        with self._own_rng(), self._diverges_in("rollout", self.step_idx + 1):
             params = dataclasses.replace(params, seed=int(torch.randint(0, 2**31 - 1, (1,))))
             samples = self.engine.generate(self.agent, rendered, params) if rendered else []
         failpoint("rollout", self.step_idx + 1)
+        if not all(math.isfinite(sum(s.logps)) for s in samples):
+            raise self._diverged("rollout", self.step_idx + 1, "the sampled answers' log-probabilities are not finite")
         metrics: dict[str, float] = {}
         if recompute and samples:
+            recompute_start = time.perf_counter()
             recomputed = self._recompute_logprobs(rendered, samples)
+            metrics["busy_old_logprobs_s"] = time.perf_counter() - recompute_start
             metrics.update(logprob_gap(samples, recomputed))
             samples = recomputed
         samples = [dataclasses.replace(s, prompt_index=share.start + s.prompt_index) for s in samples]
@@ -285,6 +309,7 @@ class AgentWorker:
         metrics = update_learner(agent, mbs, self.algo, settings, micro_batch_size=cfg.trainer.micro_batch_size,
                                  grad_clip=self.spec.grad_clip, dp_group=self.dp_group,
                                  shared_prompt=cfg.trainer.shared_prompt_forward)
+        self._check_update(metrics)
         self._wake_up()
         sync = getattr(self.engine, "sync_weights", None)
         if sync is not None:
@@ -295,6 +320,43 @@ class AgentWorker:
         metrics["truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
         metrics["busy_s"] = time.perf_counter() - start
         return metrics
+
+    # ---- divergence: stop where a loss, gradient, weight or log-prob becomes non-finite ------------------
+    def _check_update(self, metrics: dict[str, float]) -> None:
+        """After the optimizer steps: the losses and gradient norm the learner reported, then the weights."""
+        step = self.step_idx + 1
+        bad = sorted(k for k, v in metrics.items() if ("loss" in k or k in ("grad_norm", "kl"))
+                     and not math.isfinite(v))
+        if bad:
+            kinds = [w for w, hit in (("loss", any("loss" in k for k in bad)), ("KL", "kl" in bad),
+                                      ("gradient norm", "grad_norm" in bad)) if hit]
+            shown = ", ".join(f"{k} {metrics[k]}" for k in bad)
+            raise self._diverged("update", step, f"its {' and '.join(kinds)} became non-finite ({shown})")
+        # this rank's shard of a sharded parameter (no collective here: the metrics above are the same on every rank)
+        params = [(n, _local(p)) for n, p in self.agent.model.named_parameters() if p.requires_grad]
+        flags = [torch.isfinite(p).all() for _, p in params if p.numel()]
+        if flags and not bool(torch.stack(flags).all()):
+            name = next(n for n, p in params if not bool(torch.isfinite(p).all()))
+            raise self._diverged("update", step, f"its weights became non-finite ({name})")
+
+    @contextlib.contextmanager
+    def _diverges_in(self, phase: str, step: int) -> Iterator[None]:
+        """An engine that meets non-finite logits raises FloatingPointError: say which agent, step and phase."""
+        try:
+            yield
+        except (FloatingPointError, RuntimeError) as exc:
+            if not isinstance(exc, FloatingPointError) and "probability tensor contains" not in str(exc):
+                raise  # (transformers' generate samples with torch.multinomial, which says this)
+            largest = max((float(_local(p).abs().max()) for p in self.agent.model.parameters()
+                           if _local(p).numel()), default=0.0)
+            what = str(exc) if isinstance(exc, FloatingPointError) else "non-finite sampling probabilities"
+            raise self._diverged(phase, step, f"{what} (largest weight magnitude {largest:.3g})") from None
+
+    def _diverged(self, phase: str, step: int, what: str) -> TrainingDiverged:
+        spec = self.spec
+        return TrainingDiverged(f"agent {spec.id!r} diverged at step {step} ({phase}): {what}; lower "
+                                f"agents.{spec.id}.lr (now {spec.lr:g}) or agents.{spec.id}.grad_clip "
+                                f"(now {spec.grad_clip:g})")
 
     def _with_own_tokens(self, pool: TrajectoryPool) -> TrajectoryPool:
         own_positions = [i for i, t in enumerate(pool.trajectories) if t.source == self.index]
@@ -314,7 +376,7 @@ class AgentWorker:
         self._wake_up()
         share = self._my_share(len(prompts))
         out: list[tuple[int, str]] = []
-        with self._own_rng():
+        with self._own_rng(), self._diverges_in("eval", self.step_idx):
             for start in range(share.start, share.stop, batch_size):
                 rendered = [self.agent.render_prompt(p) for p in prompts[start : min(start + batch_size, share.stop)]]
                 samples = self.engine.generate(self.agent, rendered, params)
@@ -324,8 +386,16 @@ class AgentWorker:
 
     def save(self, path: Path) -> None:
         """Weights, tokenizer, optimizer (and reference) plus this worker's random stream (data parallel:
-        rank 0 writes the replica, every rank its stream)."""
-        if self.rank == 0:
+        rank 0 writes the replica, every rank its stream; sharded: every rank its shards, rank 0 the
+        gathered Hugging Face export)."""
+        if self.spec.fsdp:
+            from hacrl.trainer import sharding
+
+            sharding.reshard_full(self.agent.model)
+            path.mkdir(parents=True, exist_ok=True)
+            sharding.save_sharded(self.agent, path, self.dp_group)
+            sharding.export_pretrained(self.agent, path, self.rank)
+        elif self.rank == 0:
             self.agent.save(path)
         else:
             path.mkdir(parents=True, exist_ok=True)
@@ -335,10 +405,14 @@ class AgentWorker:
         """A hash of the trainable weights (replicas of one agent must agree)."""
         import hashlib
 
+        from hacrl.trainer.sharding import gather_full
+
         h = hashlib.sha256()
+        gather_full(self.agent.model)  # sharded: the full weights (every rank calls it)
         for name, p in self.agent.model.named_parameters():
             h.update(name.encode())
-            h.update(p.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes())
+            # a copy: numpy() pins a tensor's storage, which FSDP must free when it reshards
+            h.update(p.detach().cpu().flatten().clone().view(torch.uint8).numpy().tobytes())
         return h.hexdigest()
 
     def close(self) -> None:
@@ -348,14 +422,66 @@ class AgentWorker:
 
     # ---- engines that hold device memory of their own ----------------------------------------------
     def _sleep_engine_for_training(self) -> None:
+        from hacrl.trainer.sharding import reshard_full
+
+        reshard_full(self.agent.model)  # sharded: back to 1/W of the weights for the update
         sleep = getattr(self.engine, "sleep", None)
         if sleep is not None:
             sleep(self.agent)
 
     def _wake_up(self) -> None:
+        """Before generating: a sharded agent gathers its full weights (``sharding.gather_full``; every rank
+        does it at the same point), so ranks generate different prompts without collectives and an
+        engine with weights of its own receives whole tensors."""
+        from hacrl.trainer.sharding import gather_full
+
+        gather_full(self.agent.model)
         wake = getattr(self.engine, "wake_up", None)
         if wake is not None:
             wake(self.agent)
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's values held here: the local shard of a DTensor (FSDP), else the tensor itself."""
+    to_local = getattr(p, "to_local", None)
+    return (to_local() if to_local is not None else p).detach()
+
+
+def check_device(device: str, field: str) -> None:
+    """Refuse, with one line naming ``field``, a device torch does not know or this machine does not have."""
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise InputError(f"{field}={device!r}: not a torch device; use cpu, cuda, cuda:<n> or mps") from None
+    if d.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            build = "" if torch.version.cuda else " (this torch is a CPU-only build)"
+            raise InputError(f"{field}={device}: no CUDA device is available here{build}; use cpu")
+        if d.index is not None and d.index >= count:
+            raise InputError(f"{field}={device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}; "
+                             f"pick one of them")
+    elif d.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"{field}={device}: MPS is not available here; use cpu")
+    elif d.type not in ("cpu", "cuda", "mps"):
+        backend = getattr(torch, d.type, None)
+        if backend is None or not getattr(backend, "is_available", lambda: False)():
+            raise InputError(f"{field}={device}: no {d.type} device is available here; use cpu")
+
+
+def _from_checkpoint(path: Path, load: Any) -> Any:
+    """``load()``, with a file of the checkpoint that cannot be read reported as one line naming it."""
+    try:
+        return load()
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a cut-short zip, a bad header, a pickle error: a damaged file
+        ckpt = path.parents[2] if path.parent.parent.name == "agents" else path
+        lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+        raise DamagedCheckpoint(f"checkpoint {ckpt} is damaged: {path.relative_to(ckpt)} cannot be read "
+                                f"({type(exc).__name__}: {lines[0][:160] if lines else ''}); resume from an "
+                                f"earlier checkpoint (--resume <checkpoints/step-*>) or start over (--overwrite)"
+                                ) from None
 
 
 def _node_ip() -> str:

@@ -66,6 +66,18 @@ def phase_times(metrics: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def sub_phase_timings(metrics: dict[str, float], agent_id: str) -> dict[str, float]:
+    """Pop a worker's ``busy_<phase>_s`` seconds (π_old recomputation; the update's forward, reference,
+    backward and optimizer) out of ``metrics`` as ``timing/<phase>/<agent>``.
+
+    >>> m = {"busy_forward_s": 1.5, "loss": 0.1}
+    >>> sub_phase_timings(m, "a"), m
+    ({'timing/forward/a': 1.5}, {'loss': 0.1})
+    """
+    keys = [k for k in metrics if k.startswith("busy_") and k.endswith("_s")]
+    return {f"timing/{k[5:-2]}/{agent_id}": float(metrics.pop(k)) for k in keys}
+
+
 @contextlib.contextmanager
 def timed(timings: dict[str, float], name: str) -> Iterator[None]:
     start = time.perf_counter()
@@ -93,8 +105,9 @@ class Trainer:
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
         self.task = build_task(cfg.task, seed=cfg.run.seed, max_new_tokens=cfg.rollout.max_new_tokens)
-        for reason, count in sorted(getattr(self.task, "skipped", {}).items()):
-            logger.warning("task %s: skipped %d rows (%s)", cfg.task.name, count, reason)
+        if cfg.task.kind != "dataset":  # a dataset's reader already warned, naming the file
+            for reason, count in sorted(getattr(self.task, "skipped", {}).items()):
+                logger.warning("task %s: skipped %d items (%s)", self.task.name, count, reason)
         self.step_idx = 0
         self.data_pos = 0
         manifest = ckpt.read_manifest(resume_from) if resume_from else None
@@ -210,7 +223,7 @@ class Trainer:
     def _next_problems(self) -> list[Problem]:
         batch = list(itertools.islice(self._train_iter, self.cfg.trainer.batch_size))
         if len(batch) < self.cfg.trainer.batch_size:
-            raise RuntimeError(f"task {self.cfg.task.name!r} ran out of training problems")
+            raise RuntimeError(f"task {self.task.name!r} ran out of training problems")
         self.data_pos += len(batch)
         return batch
 
@@ -224,9 +237,10 @@ class Trainer:
                                     recompute=self._needs_recompute())
         self._rollout_metrics = {}
         for agent_id, (_, m) in zip(self.agent_ids, results, strict=True):
-            busy = m.pop("busy_s")
+            busy, sub = m.pop("busy_s"), sub_phase_timings(m, agent_id)
             if timings is not None:
                 timings[f"timing/rollout/{agent_id}"] = busy
+                timings.update(sub)
             self._rollout_metrics.update({f"agent/{agent_id}/rollout/{k}": v for k, v in m.items()})
         return [rollouts for rollouts, _ in results]
 
@@ -282,6 +296,7 @@ class Trainer:
                                                     d.rows_per_prompt)] * len(self.agent_ids))
         for agent_id, loss_metrics in zip(self.agent_ids, results, strict=True):
             timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
+            timings.update(sub_phase_timings(loss_metrics, agent_id))
             metrics.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
         for phase in ("rollout", "update"):
             # >1: agents worked at the same time (Ray, own devices); 1: one after the other
@@ -349,7 +364,7 @@ class Trainer:
             for i, agent_id in enumerate(self.agent_ids):
                 for (name, problems, score), per_agent in zip(suites, answers, strict=True):
                     res: EvalResult = score_answers(agent_id, problems, per_agent[i], score)
-                    where = {"task": self.cfg.task.name} if name is None else {"benchmark": name}
+                    where = {"task": self.task.name} if name is None else {"benchmark": name}
                     f.write(json.dumps({"step": self.step_idx, **where, **res.as_dict()}) + "\n")
                     key = f"eval/{agent_id}/greedy_acc" if name is None else f"eval/{agent_id}/{name}/greedy_acc"
                     out[key] = res.greedy_acc
