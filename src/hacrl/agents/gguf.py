@@ -77,11 +77,14 @@ def find_smollm2_gguf() -> Path:
 
 
 def _require_gguf() -> None:
-    try:
-        import gguf  # noqa: F401
-    except ImportError:
-        raise InputError(f"reading GGUF model files needs the 'gguf' package; install it with: "
-                         f"{_INSTALL_HINT}") from None
+    """transformers reads a GGUF file with ``gguf`` and builds the model with ``accelerate``: say which
+    is missing in one line, before a conversion starts (both are in the ``smollm2`` extra)."""
+    import importlib.util
+
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise InputError(f"reading GGUF model files needs {' and '.join(missing)}; install with: "
+                         f"pip install {' '.join(missing)}  (or: pip install 'hacrl[smollm2]')")
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
