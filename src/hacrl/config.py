@@ -35,7 +35,8 @@ class LoraSpec(_Section):
 
 class AgentSpec(_Section):
     id: str = Field(description="unique agent name, used in metrics and checkpoint paths")
-    model: str = Field(description="model directory, or builtin:<name> for a shipped tiny agent")
+    model: str = Field(description="model directory, org/name[@revision] from the Hugging Face cache, or "
+                       "builtin:<name> for a shipped model")
     lr: float = Field(1e-6, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0, description="max gradient norm per optimizer step")
@@ -72,7 +73,8 @@ class TaskConfig(_Section):
     kind: Literal["builtin", "dataset", "reasoning-gym"] = Field(
         "builtin", description="builtin procedural task, local dataset files, or a reasoning-gym generator")
     name: str = Field("add2", description="builtin task or reasoning-gym dataset name (see `hacrl presets`)")
-    train_path: str | None = Field(None, description="dataset: jsonl/json/parquet file or saved HF dataset dir")
+    train_path: str | None = Field(None, description="dataset: jsonl/json/parquet file, saved HF dataset dir, "
+                                   "or org/name[@revision][:split] from the Hugging Face cache")
     test_path: str | None = Field(None, description="dataset: held-out file (default: a fraction of train)")
     test_benchmark: str | None = Field(None, description="dataset: read test_path with this benchmark's reader")
     question_field: str = Field("question", description="dataset: field of the question (dotted paths work)")
