@@ -337,6 +337,11 @@ def _eval_suites(args: argparse.Namespace, run_cfg: dict | None) -> list[tuple[s
     suites: list[tuple[str, list[Any], _Scorer]] = []
     if args.task or not args.benchmark:
         suites.append(_task_suite(args, run_cfg))
+    if args.benchmark:  # graded by the math reward: say once if math-verify is missing
+        from hacrl.config import TaskConfig
+        from hacrl.rewards.math_reward import warn_if_no_math_verify
+
+        warn_if_no_math_verify(TaskConfig(), benchmarks=True)
     for item in args.benchmark:
         name, sep, path = item.partition("=")
         if not sep or not name.strip() or not path.strip():
