@@ -56,6 +56,10 @@ class AgentSpec(_Section):
                                          "pass: far less memory for long answers, ~30% more compute")
     data_parallel: int = Field(1, ge=1, description="ray backend: replicas of this agent training data-parallel "
                                "(one actor each, num_cpus/num_gpus per replica)")
+    fsdp: bool = Field(False, description="shard parameters, gradients and AdamW state (and a full-weight KL "
+                       "reference) over the data_parallel replicas with PyTorch FSDP2, 1/W each")
+    cpu_offload: bool = Field(False, description="fsdp: keep the shards, their gradients and the optimizer step "
+                              "in host memory (FSDP2 CPUOffloadPolicy)")
     num_cpus: float | None = Field(None, ge=0, description="ray backend: CPUs of this agent's actor "
                                    "(default backend.num_cpus_per_agent)")
     num_gpus: float | None = Field(None, ge=0, description="ray backend: GPUs of this agent's actor "
@@ -181,6 +185,11 @@ class Config(_Section):
         for a in self.agents:
             if a.data_parallel > 1 and self.backend.name != "ray":
                 raise ValueError(f"agents.{a.id}.data_parallel={a.data_parallel} needs backend.name=ray")
+            if a.fsdp and a.data_parallel < 2:
+                raise ValueError(f"agents.{a.id}.fsdp shards over the agent's replicas; set "
+                                 f"agents.{a.id}.data_parallel to 2 or more (and backend.name=ray)")
+            if a.cpu_offload and not a.fsdp:
+                raise ValueError(f"agents.{a.id}.cpu_offload offloads FSDP shards; set agents.{a.id}.fsdp=true")
         return self
 
 

@@ -54,8 +54,9 @@ def make_minibatches(agent, step):
 
 
 def run_update(agent, step, dp_group=None):
-    return update_learner(agent, make_minibatches(agent, step), ALGORITHMS.get("hacpo"), SETTINGS,
-                          micro_batch_size=2, grad_clip=0.5, dp_group=dp_group)
+    metrics = update_learner(agent, make_minibatches(agent, step), ALGORITHMS.get("hacpo"), SETTINGS,
+                             micro_batch_size=2, grad_clip=0.5, dp_group=dp_group)
+    return {k: v for k, v in metrics.items() if not k.startswith("busy_")}  # this rank's seconds
 
 
 def full_state(agent):

@@ -39,6 +39,7 @@ class RayBackend:
         self._ray = ray
         self.ids = [a.id for a in cfg.agents]
         self._started = False
+        self._failed = False
         resources = [self._resources(cfg, i) for i in range(len(cfg.agents))]  # checked before Ray starts
         if not ray.is_initialized():
             ray.init(address=cfg.backend.address, include_dashboard=False, log_to_driver=True,
@@ -107,31 +108,45 @@ class RayBackend:
         return pg
 
     def call(self, method: str, args_per_agent: Sequence[tuple] | None = None, **kwargs: Any) -> list[Any]:
-        """Every replica of every agent runs ``method`` (all at once); one merged result per agent."""
+        """Every replica of every agent runs ``method`` (all at once); one merged result per agent.
+
+        Results are taken as they finish, so a replica that dies or raises is reported at once, even
+        while the other replicas of its agent wait for it inside a collective."""
         args = args_per_agent or [()] * len(self.groups)
         refs = [[getattr(actor, method).remote(*a, **kwargs) for actor in group]
                 for group, a in zip(self.groups, args, strict=True)]
-        return [_merge(method, [self._get(ref, self.ids[i], method) for ref in rank_refs])
-                for i, rank_refs in enumerate(refs)]
+        pending = {ref: (i, rank) for i, rank_refs in enumerate(refs) for rank, ref in enumerate(rank_refs)}
+        results: dict[Any, Any] = {}
+        while pending:
+            ready, _ = self._ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                i, rank = pending.pop(ref)
+                results[ref] = self._get(ref, self.ids[i], method, rank if len(refs[i]) > 1 else None)
+        return [_merge(method, [results[ref] for ref in rank_refs]) for rank_refs in refs]
 
-    def _get(self, ref: Any, agent_id: str, method: str) -> Any:
+    def _get(self, ref: Any, agent_id: str, method: str, rank: int | None = None) -> Any:
         exc_mod = self._ray.exceptions
+        who = f"agent {agent_id!r}" + (f" rank {rank}" if rank is not None else "")
         try:
             return self._ray.get(ref)
         except exc_mod.RayTaskError as exc:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             if isinstance(cause, InputError):
                 raise cause from None  # bad input inside an actor: the same one-line error as locally
-            raise AgentFailure(f"agent {agent_id!r} failed in {method}: {type(cause).__name__}: "
-                               f"{_first_line(cause)}") from None
+            self._failed = True
+            raise AgentFailure(f"{who} failed in {method}: {type(cause).__name__}: {_first_line(cause)}") from None
         except exc_mod.RayActorError as exc:
             lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
             reason = lines[0] + (f" {lines[-1]}" if len(lines) > 1 else "")
-            raise AgentFailure(f"agent {agent_id!r}: its Ray actor died during {method} ({reason[:400]})") from None
+            self._failed = True  # the other replicas may be stuck in a collective: close() kills them at once
+            raise AgentFailure(f"{who}: its Ray actor died during {method} ({reason[:400]})") from None
 
     def close(self) -> None:
         ray = self._ray
         for actor in (a for group in self.groups for a in group):
+            if self._failed:
+                ray.kill(actor)
+                continue
             try:
                 ray.get(actor.close.remote(), timeout=60)
             except Exception as exc:  # noqa: BLE001 - a dead actor has nothing left to close

@@ -18,9 +18,11 @@ Departures from a textbook FSDP loop, each forced by how hacrl trains:
   dropped. Gradients are reduce-scattered after every micro-batch and summed (divide factor 1), so the
   step equals one process's step on the whole minibatch (tested in float64 against the unsharded one).
 - Generation (the ``hf`` engine, π_old recomputation, evaluation) runs different prompts and lengths on
-  each rank, so it cannot issue per-layer collectives. :func:`full_weights` all-gathers every unit once
-  (each rank then holds the full weights, as ``summon_full_params`` would), generates with no collective
-  at all, and reshards afterwards. The ``vllm`` engine's weight push runs inside it too.
+  each rank, so it cannot issue per-layer collectives. :func:`gather_full` all-gathers every unit once
+  (each rank then holds the full weights, as ``summon_full_params`` would) and generation runs with no
+  collective at all; the worker gathers when it wakes its engine (before rollout and evaluation, and
+  after the update, where the ``vllm`` engine's weight push then reads whole tensors) and reshards with
+  :func:`reshard_full` before training and saving.
 - Checkpoints: :func:`save_sharded` writes model, optimizer and reference shards with
   ``torch.distributed.checkpoint`` (``sharded/``, every rank its part) and :func:`export_pretrained`
   gathers the weights on rank 0 into an ordinary Hugging Face checkpoint beside it (LoRA: adapter plus
@@ -81,6 +83,7 @@ def shard_module(model: nn.Module, group: Any, device: torch.device, *, offload:
     for m in model.modules():
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)  # sum, not mean: each rank's loss is its share of the minibatch
+            m.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM for float32)
 
 
 def shard_agent(agent: Any, group: Any, *, offload: bool, lr: float, weight_decay: float) -> None:
@@ -101,25 +104,37 @@ def _fsdp_modules(model: nn.Module) -> list[Any]:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
+def gather_full(model: Any) -> None:
+    """All-gather every FSDP unit once (in the same order on every rank) and keep the full weights until
+    :func:`reshard_full`: forward passes then issue no collective, so ranks may generate different
+    prompts and lengths. A no-op for an unsharded or already gathered model."""
+    if not is_sharded(model) or getattr(model, "_hacrl_gathered", False):
+        return
+    model.set_reshard_after_forward(False)
+    for m in _fsdp_modules(model):
+        m.unshard()
+    model._hacrl_gathered = True
+
+
+def reshard_full(model: Any) -> None:
+    """Back to 1/W of the weights per rank after :func:`gather_full` (no collective)."""
+    if not is_sharded(model) or not getattr(model, "_hacrl_gathered", False):
+        return
+    for m in _fsdp_modules(model):
+        m.reshard()
+    model.set_reshard_after_forward(True)
+    model.set_reshard_after_forward(False, recurse=False)  # the root stays gathered from forward to backward
+    model._hacrl_gathered = False
+
+
 @contextlib.contextmanager
 def full_weights(model: Any) -> Iterator[None]:
-    """Every rank holds the model's full weights inside (one all-gather per FSDP unit, in the same order
-    on every rank), and forward passes issue no collective, so ranks may generate different prompts and
-    lengths; resharded on exit. A no-op for an unsharded model."""
-    if not is_sharded(model):
-        yield
-        return
-    mods = _fsdp_modules(model)
-    model.set_reshard_after_forward(False)
-    for m in mods:
-        m.unshard()
+    """:func:`gather_full` inside, :func:`reshard_full` on exit."""
+    gather_full(model)
     try:
         yield
     finally:
-        for m in mods:
-            m.reshard()
-        model.set_reshard_after_forward(True)
-        model.set_reshard_after_forward(False, recurse=False)  # the root stays gathered from forward to backward
+        reshard_full(model)
 
 
 def sum_replica_gradients(model: nn.Module, group: Any) -> None:
