@@ -65,6 +65,12 @@ def test_model_from_the_hub_cache_loads_offline(hub_cache: Path) -> None:
     path = resolve_model_path("tinyorg/llama-bpe")
     assert path == hub_cache / "models--tinyorg--llama-bpe" / "snapshots" / COMMIT
     assert resolve_model_path(f"tinyorg/llama-bpe@{COMMIT}") == path
+    other = "f" * 40  # a second revision, named by a branch (refs/v1)
+    src = tiny_agent_path("qwen2-char")
+    _add_repo(hub_cache, "model", "tinyorg/llama-bpe", {f.name: f.read_bytes() for f in src.iterdir() if f.is_file()},
+              commit=other, ref="v1")
+    assert resolve_model_path("tinyorg/llama-bpe@v1") == path.parent / other
+    assert resolve_model_path("tinyorg/llama-bpe") == path  # refs/main still names the first
     agent = load_agent("a", 0, path)
     assert type(agent.model).__name__ == "LlamaForCausalLM"
     assert agent.tokenizer.decode(agent.tokenizer("07+85=")["input_ids"]).replace(" ", "") == "07+85="
