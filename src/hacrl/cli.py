@@ -15,6 +15,7 @@ import argparse
 import errno
 import json
 import logging
+import shlex
 import shutil
 import sys
 import time
@@ -24,6 +25,7 @@ from typing import Any
 from hacrl.config import Config, ConfigError, load_config, preset_names, preset_text
 from hacrl.errors import InputError
 from hacrl.report.compare_cli import add_compare_parser, cmd_compare
+from hacrl.trainer.rundir import RunLock, check_output, has_content, refuse_foreign, remove_run
 
 logger = logging.getLogger("hacrl")
 
@@ -110,7 +112,9 @@ def _run_dir(args: argparse.Namespace, cfg: Config) -> Path:
 
 
 def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
-    from hacrl.trainer.checkpoint import MANIFEST, latest_checkpoint
+    """The checkpoint to resume from: the one given, or the newest intact one (a damaged newer one is
+    passed over with a warning); none usable is one line naming the command that starts over."""
+    from hacrl.trainer.checkpoint import MANIFEST, usable_checkpoint, verify_checkpoint
 
     if not args.resume:
         return None
@@ -119,10 +123,22 @@ def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
         if not (path / MANIFEST).is_file():
             raise ConfigError(f"--resume {path}: not a complete checkpoint (no {MANIFEST}); "
                               f"give a checkpoints/step-* directory or no value for the latest")
+        problem = verify_checkpoint(path)
+        if problem:
+            raise ConfigError(f"--resume {path}: the checkpoint is damaged: {problem}; give an earlier "
+                              f"checkpoints/step-* directory, or --resume alone for the newest intact one")
         return path
-    found = latest_checkpoint(run_dir / "checkpoints")
+    if not has_content(run_dir):
+        raise ConfigError(f"--resume: {run_dir} holds no run; start it without --resume")
+    found, damaged = usable_checkpoint(run_dir / "checkpoints")
     if found is None:
-        raise ConfigError(f"--resume: no complete checkpoint under {run_dir / 'checkpoints'}; start without --resume")
+        refuse_foreign(run_dir)
+        why = f"no intact checkpoint ({damaged[0][0].name}: {damaged[0][1]})" if damaged else \
+            "no complete checkpoint (the run stopped before its first)"
+        raise ConfigError(f"--resume: {run_dir} has {why}; start over with: {_command(args, run_dir, '--overwrite')}")
+    for path, problem in damaged:
+        print(f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); resuming from {found.name}",
+              file=sys.stderr)
     return found
 
 
@@ -131,48 +147,77 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args, cfg)
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other; pick one")
-    resume_from = _resolve_resume(args, run_dir)
-    if resume_from is None and run_dir.exists() and any(run_dir.iterdir()):
-        if not args.overwrite:
-            raise ConfigError(f"run directory {run_dir} exists; pass --resume to continue it or --overwrite to replace it")
-        shutil.rmtree(run_dir)
+    check_output(run_dir)
+    created = not run_dir.exists()
+    lock = RunLock(run_dir)  # one writer per run directory, held until the run ends
+    try:
+        lock.acquire()
+        return _train_locked(args, cfg, run_dir, created)
+    finally:
+        lock.release()
+        if created and run_dir.is_dir() and not has_content(run_dir):
+            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves nothing behind
 
+
+def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created: bool) -> int:
+    from hacrl.backends import AgentFailure
+    from hacrl.errors import TrainingDiverged
+    from hacrl.trainer.checkpoint import latest_checkpoint
     from hacrl.trainer.trainer import Trainer
 
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    resume_from = _resolve_resume(args, run_dir)
+    fresh = created  # this invocation owns everything in the directory
+    if resume_from is None and has_content(run_dir):
+        if not args.overwrite:
+            refuse_foreign(run_dir)
+            if latest_checkpoint(run_dir / "checkpoints") is None:
+                raise ConfigError(f"run directory {run_dir} holds a run that stopped before its first checkpoint; "
+                                  f"start over with: {_command(args, run_dir, '--overwrite')}")
+            raise ConfigError(f"run directory {run_dir} exists; pass --resume to continue it or --overwrite to "
+                              f"replace it")
+        remove_run(run_dir)  # only what a run wrote; anything else is refused before a file is deleted
+        fresh = True
     try:
         trainer = Trainer(cfg, run_dir, resume_from=resume_from)
-    except Exception:
-        if created:  # nothing half-written: a run that never started leaves no directory
-            shutil.rmtree(run_dir, ignore_errors=True)
+    except BaseException:
+        if fresh:  # nothing half-written: a run that never started leaves nothing behind
+            remove_run(run_dir)
         raise
     print(f"hacrl: run directory {run_dir}")
     _print_agents(trainer)
-    from hacrl.backends import AgentFailure
-    from hacrl.trainer.checkpoint import latest_checkpoint
-
     try:
         with _Progress(trainer, enabled=not args.quiet) as progress:
             result = trainer.train(progress=progress.update)
-    except AgentFailure as exc:
+    except (AgentFailure, TrainingDiverged) as exc:
         last = latest_checkpoint(run_dir / "checkpoints")
-        where = f"the last complete checkpoint is {last}; resume with: {_resume_command(args, run_dir)}" if last \
-            else "no checkpoint was written yet (set trainer.checkpoint_every); start the run again"
+        if last is None and fresh:
+            remove_run(run_dir)
+        if isinstance(exc, TrainingDiverged):
+            kept = f"the last complete checkpoint {last} is intact; " if last else ""
+            print(f"hacrl: error: {exc}\nhacrl: {kept}start over with: {_command(args, run_dir, '--overwrite')}",
+                  file=sys.stderr)
+            return 2
+        where = f"the last complete checkpoint is {last}; resume with: {_command(args, run_dir, '--resume')}" \
+            if last else "no checkpoint was written yet (set trainer.checkpoint_every); start the run again"
         print(f"hacrl: error: step {trainer.step_idx + 1}: {exc}; {where}", file=sys.stderr)
         return 3
-    _print_summary(trainer, result, run_dir)
+    except BaseException:
+        if fresh and latest_checkpoint(run_dir / "checkpoints") is None:
+            remove_run(run_dir)  # a failed run with nothing to resume: the retry needs no --overwrite
+        raise
     if result["stopped"]:
-        print(f"hacrl: stopped at step {trainer.step_idx}; resume with: {_resume_command(args, run_dir)}",
+        print(f"hacrl: stopped at step {trainer.step_idx}; resume with: {_command(args, run_dir, '--resume')}",
               file=sys.stderr)
         return 130
+    _print_summary(trainer, result, run_dir)
     return 0
 
 
-def _resume_command(args: argparse.Namespace, run_dir: Path) -> str:
-    source = f"--preset {args.preset} " if args.preset else f"--config {args.config} " if args.config else ""
-    overrides = "".join(f"--set {o} " for o in args.overrides)
-    return f"hacrl train {source}{overrides}--output {run_dir} --resume"
+def _command(args: argparse.Namespace, run_dir: Path, flag: str) -> str:
+    """The ``hacrl train`` command of this run with ``flag`` (--resume or --overwrite)."""
+    source = ["--preset", args.preset] if args.preset else ["--config", args.config] if args.config else []
+    overrides = [x for o in args.overrides for x in ("--set", o)]
+    return shlex.join(["hacrl", "train", *source, *overrides, "--output", str(run_dir), flag])
 
 
 def _print_agents(trainer: Any) -> None:
@@ -280,17 +325,26 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[s
     """(agent id, model directory, load_agent keyword arguments) per agent, and the run's config if any."""
     import yaml
 
-    from hacrl.trainer.checkpoint import latest_checkpoint
+    from hacrl.backends.worker import check_device
+    from hacrl.trainer.checkpoint import usable_checkpoint
     from hacrl.trainer.trainer import resolve_model_path
 
     models: list[tuple[str, Path, dict[str, Any]]] = []
     run_cfg = None
     if args.run:
         run = Path(args.run)
-        found = latest_checkpoint(run / "checkpoints")
+        if not run.is_dir():
+            raise ConfigError(f"--run {run}: no such directory; give a run directory (hacrl train --output)")
+        found, damaged = usable_checkpoint(run / "checkpoints")
         if found is None:
-            raise ConfigError(f"--run {run}: no complete checkpoint under {run / 'checkpoints'}")
-        run_cfg = yaml.safe_load((run / "config.yaml").read_text())
+            why = f"no intact checkpoint ({damaged[0][0].name}: {damaged[0][1]})" if damaged else "no complete checkpoint"
+            raise ConfigError(f"--run {run}: {why} under {run / 'checkpoints'}; evaluate a run that saved one")
+        for path, problem in damaged:
+            print(f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); evaluating {found.name}",
+                  file=sys.stderr)
+        run_cfg = _run_config(run)
+        for a in run_cfg["agents"]:
+            check_device(a.get("device", "cpu"), f"--run {run}: agents.{a['id']}.device")
         keep = ("dtype", "device", "template", "system_prompt", "chat_template_kwargs")
         # a LoRA agent's checkpoint directory loads as its merged copy
         models += [(a["id"], found / "agents" / a["id"], {k: a[k] for k in keep if k in a})
@@ -300,6 +354,8 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[s
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--chat-template-kwargs: not valid JSON ({exc.msg}); "
                           f"e.g. '{{\"enable_thinking\": false}}'") from None
+    if args.model:
+        check_device(args.device, "--device")
     for spec in args.model:
         name = spec[8:] if spec.startswith("builtin:") else Path(spec).name
         try:
@@ -310,6 +366,22 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[s
     if not models:
         raise ConfigError("eval: give --run DIR or at least one --model")
     return models, run_cfg
+
+
+def _run_config(run: Path) -> dict[str, Any]:
+    """A run directory's config.yaml as a validated tree; one line naming the file when it is missing or broken."""
+    from hacrl.config import load_config
+
+    path = run / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"--run {run}: no config.yaml (not a run directory, or one killed before it started); "
+                          f"evaluate its models with --model {run}/checkpoints/step-*/agents/<id>")
+    try:
+        cfg = load_config(path=path)
+    except ConfigError as exc:
+        raise ConfigError(f"--run {run}: config.yaml is not a usable run config ({exc}); restore it from the "
+                          f"run's command, or evaluate with --model") from None
+    return cfg.model_dump(mode="json")
 
 
 class _Scorer:
@@ -380,7 +452,7 @@ def _task_suite(args: argparse.Namespace, run_cfg: dict | None) -> tuple[str, li
     else:
         scorer = _Scorer(RewardScorer(spec, timeout_s=task_cfg.reward_timeout_s),
                          lambda p: {**p.meta, "answer": p.answer, "prompt": p.prompt, "problem_id": p.id})
-    return task_cfg.name, task.test_problems(args.n), scorer
+    return task.name, task.test_problems(args.n), scorer
 
 
 # ---- presets --------------------------------------------------------------------------------------

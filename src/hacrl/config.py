@@ -23,7 +23,25 @@ class ConfigError(InputError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # inf and nan are refused: a learning rate of .inf is a typo, not a setting
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, v: Any, info: Any) -> Any:
+        """``--set trainer.steps=true`` is not 1: a number field takes no boolean."""
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        if isinstance(v, bool) and field is not None and _is_number(field.annotation):
+            raise ValueError("a number is expected, not a boolean")
+        return v
+
+
+def _is_number(annotation: Any) -> bool:
+    """``int``, ``float`` or an optional one (not ``bool``, ``Any`` or a union with other types)."""
+    import typing
+
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    return all(a in (int, float) for a in args)
 
 
 class LoraSpec(_Section):
@@ -290,9 +308,14 @@ def _list_item(items: list[Any], part: str, where: str) -> Any:
     raise ConfigError(f"--set {where}: no agent with id {part!r}; ids: {', '.join(ids)}")
 
 
-def _format_error(err: ValidationError) -> str:
+def _format_error(err: ValidationError, tree: dict[str, Any] | None = None) -> str:
     first = err.errors()[0]
-    loc = ".".join(str(x) for x in first["loc"])
+    parts = list(first["loc"])
+    agents = (tree or {}).get("agents")
+    if len(parts) > 1 and parts[0] == "agents" and isinstance(parts[1], int) and isinstance(agents, list) \
+            and parts[1] < len(agents) and isinstance(agents[parts[1]], dict) and agents[parts[1]].get("id"):
+        parts[1] = agents[parts[1]]["id"]  # agents.<id>.lr, as --set names it, not agents.0.lr
+    loc = ".".join(str(x) for x in parts)
     if first["type"] == "extra_forbidden":
         return f"config: unknown key {loc!r}; remove it or check its spelling (see `hacrl presets --show`)"
     if first["type"] == "missing":
@@ -307,7 +330,7 @@ def build_config(tree: dict[str, Any]) -> Config:
     try:
         return Config.model_validate(tree)
     except ValidationError as err:
-        raise ConfigError(_format_error(err)) from None
+        raise ConfigError(_format_error(err, tree)) from None
 
 
 def load_config(
@@ -318,9 +341,17 @@ def load_config(
         raise ConfigError("give --preset or --config, not both")
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"--config {p}: is a directory; give a YAML file")
         if not p.is_file():
             raise ConfigError(f"--config {p}: no such file")
-        text = p.read_text()
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--config {p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                              f"{exc.start}); save the file as UTF-8") from None
+        except OSError as exc:
+            raise ConfigError(f"--config {p}: cannot be read ({exc.strerror}); check its permissions") from None
     else:
         text = preset_text(preset or "tiny-model")
     try:

@@ -3,3 +3,8 @@
 
 class InputError(ValueError):
     """Bad user input (config, data, model path); the message names the field and the fix."""
+
+
+class TrainingDiverged(InputError):
+    """A loss, gradient, weight or log-probability became non-finite; the message names the agent, the step
+    and the phase (rollout, update or eval). Usually a learning rate that is too high: a config fix."""

@@ -100,10 +100,11 @@ def test_existing_run_directory_is_refused_unless_resume_or_overwrite(tmp_path):
     (out / "metrics.jsonl").write_text("{}\n")
     res = hacrl("train", "--preset", "tiny-test", "--output", str(out))
     assert res.returncode == 2
-    assert "--resume" in res.stderr and "--overwrite" in res.stderr
+    # no checkpoint yet: the one way out is named, as a command
+    assert f"start over with: hacrl train --preset tiny-test --output {out} --overwrite" in res.stderr
     assert (out / "metrics.jsonl").read_text() == "{}\n"
     res = hacrl("train", "--preset", "tiny-test", "--output", str(out), "--resume")
-    assert res.returncode == 2 and "no complete checkpoint" in res.stderr
+    assert res.returncode == 2 and "no complete checkpoint" in res.stderr and "--overwrite" in res.stderr
 
 
 def test_invalid_yaml_config(tmp_path):

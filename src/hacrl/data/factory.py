@@ -24,7 +24,9 @@ def build_task(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
             raise InputError("task.train_path is required with task.kind=dataset; give a jsonl/json/parquet file")
         return make_dataset_task(
             train_path=task_cfg.train_path, test_path=task_cfg.test_path, test_benchmark=task_cfg.test_benchmark,
-            name=task_cfg.name, question_field=task_cfg.question_field, answer_field=task_cfg.answer_field,
+            # task.name's default (add2) names a builtin: a dataset left at it is named after its file
+            name=None if task_cfg.name == type(task_cfg).model_fields["name"].default else task_cfg.name,
+            question_field=task_cfg.question_field, answer_field=task_cfg.answer_field,
             prompt_template=task_cfg.prompt_template, reward=task_cfg.reward or "math",
             max_new_tokens=max_new_tokens, test_fraction=task_cfg.test_fraction, split_seed=seed,
             max_prompt_chars=task_cfg.max_prompt_chars)

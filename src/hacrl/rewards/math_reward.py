@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 MAX_VERIFY_CHARS = 1000  # longer gold or predicted answers are compared by normalised string only
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
+_TOKEN = re.compile(r"[^\s$]+")
 
 
 # ---- extraction ---------------------------------------------------------------------------------
@@ -50,14 +51,15 @@ def last_boxed(text: str) -> str | None:
     >>> last_boxed(r"$\\boxed 5$"), last_boxed(r"\\boxed{5"), last_boxed("five")
     ('5', None, None)
     """
-    end = len(text)
+    # each command's search resumes where it stopped: linear in the text, however many "\boxedfoo" it holds
+    found = {cmd: text.rfind(cmd) for cmd in _BOX_COMMANDS}
     while True:
-        start, name = max((text.rfind(cmd, 0, end), cmd) for cmd in _BOX_COMMANDS)
+        start, name = max((pos, cmd) for cmd, pos in found.items())
         if start < 0:
             return None
         i = start + len(name)
         if i < len(text) and text[i].isalpha():  # "\boxedfoo" is another command
-            end = start
+            found[name] = text.rfind(name, 0, start)
             continue
         return _box_argument(text, i)
 
@@ -69,7 +71,7 @@ def _box_argument(text: str, i: int) -> str | None:
     if j >= len(text):
         return None
     if text[j] != "{":  # "\boxed 5": one token, up to whitespace or '$'
-        token = re.match(r"[^\s$]+", text[j:])
+        token = _TOKEN.match(text, j)
         return token.group() if token else None
     depth, k = 0, j
     while k < len(text):

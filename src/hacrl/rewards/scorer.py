@@ -20,7 +20,9 @@ How the limit is enforced, and the trade-off:
   arrived. When that passes, the parent SIGKILLs the worker, scores the answer as a timeout, starts a
   replacement and re-queues the rest of the chunk. A call therefore returns within about ``timeout_s``
   x (timed-out answers) / ``workers``, plus one worker restart per timed-out answer, plus the normal
-  scoring time.
+  scoring time. A reward that has never returned and runs past the limit on ``HANGS_AFTER`` answers in
+  a row is taken to hang: the rest of that call, and of later calls from their first timeout on, is
+  counted as timed out at once (a 2-step run with a hanging reward fails in seconds, not minutes).
 
   The price: ~10-15 microseconds of pipe and pickle traffic per answer; ~0.1 s to start a worker
   (lazily, at the first call, and again after each timeout or crash) plus the reward's optional
@@ -58,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 KINDS = ("ok", "none", "error", "nan", "timeout")
 _MAX_MESSAGE = 500
+HANGS_AFTER = 6  # timeouts in a row, before the reward ever returned, that mark it as hanging
 _BOOT = "import sys; from hacrl.rewards._worker import main; main(int(sys.argv[1]), int(sys.argv[2]))"
 
 
@@ -147,6 +150,8 @@ class RewardScorer:
                     "with timeout_s=None")
         self._lock = threading.Lock()
         self._pool: list[_Worker] = []
+        self._answered = False  # the reward has returned (or raised) at least once
+        self._timeouts_in_row = 0
         self._owner_pid = os.getpid()
         self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._owner_pid)
 
@@ -200,7 +205,11 @@ class RewardScorer:
         if n == 0:
             return
         size = max(1, min(64, -(-n // (self.workers * 4))))
-        pending = deque(list(range(i, min(i + size, n))) for i in range(0, n, size))
+        order = list(range(n))
+        if not self._answered:  # until the reward first returns, try answers spread over the batch (other
+            stride = -(-n // HANGS_AFTER)  # prompts, other agents): HANGS_AFTER timeouts then mean it hangs
+            order = [i for r in range(stride) for i in range(r, n, stride)]
+        pending = deque(order[i : i + size] for i in range(0, n, size))
         for i, w in enumerate(self._pool):  # replace workers that died between calls
             if w.proc.poll() is not None:
                 w.kill()
@@ -225,6 +234,22 @@ class RewardScorer:
                         self._drain(w, result, pending)
                     else:
                         self._on_deadline(w, result, pending)
+            if not self._answered and self._timeouts_in_row >= HANGS_AFTER:
+                self._give_up(result, pending)
+
+    def _give_up(self, result: ScoreResult, pending: deque) -> None:
+        """A reward that has never returned and timed out HANGS_AFTER answers in a row hangs: the rest of
+        the call is counted as timed out at once instead of costing the limit (and a worker restart) each."""
+        msg = f"not tried: the reward never returned and ran past the {self.timeout_s} s limit on " \
+              f"{self._timeouts_in_row} answers in a row"
+        for w in list(self._pool):
+            if w.chunk:
+                for index in w.chunk[w.pos :]:
+                    result.record(index, "timeout", None, msg)
+                self._replace(w, start=False)  # mid-answer: its late result must not reach the next call
+        while pending:
+            for index in pending.popleft():
+                result.record(index, "timeout", None, msg)
 
     def _drain(self, w: _Worker, result: ScoreResult, pending: deque) -> None:
         try:
@@ -238,6 +263,7 @@ class RewardScorer:
                 else:
                     index, kind, value, message = msg
                     result.record(index, kind, value, message)
+                    self._answered, self._timeouts_in_row = True, 0
                     w.pos += 1
                     if w.pos == len(w.chunk):
                         w.chunk, w.pos = [], 0
@@ -262,6 +288,7 @@ class RewardScorer:
                                f"{self.startup_timeout_s} s")
         logger.debug("reward answer %d ran past %s s; restarting worker %d", w.chunk[w.pos],
                      self.timeout_s, w.proc.pid)
+        self._timeouts_in_row += 1
         self._fail_current(w, result, pending, "timeout", f"ran past the {self.timeout_s} s limit")
 
     def _fail_current(self, w: _Worker, result: ScoreResult, pending: deque, kind: str, msg: str) -> None:

@@ -145,6 +145,8 @@ def _sample_loop(model: Any, ids_RP: torch.Tensor, attn_RP: torch.Tensor, params
     tokens, logps = [], []
     for step in range(params.max_new_tokens):
         logits_RV = out.logits[:, -1].float()
+        if not bool(torch.isfinite(logits_RV).all()):  # diverged weights: say so, not multinomial's error
+            raise FloatingPointError(f"non-finite logits at answer token {step}")
         if params.greedy:
             next_R = logits_RV.argmax(dim=-1)
             logp_RV = torch.log_softmax(logits_RV, dim=-1)

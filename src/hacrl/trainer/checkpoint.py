@@ -1,8 +1,10 @@
 """Atomic checkpoints: everything needed to resume exactly, written to a temporary directory and renamed
-into place only when complete; old checkpoints are pruned only after the new one is in place.
+into place only when complete; old checkpoints are pruned only after the new one is in place. A checkpoint
+damaged afterwards (a file cut short, a manifest that is not JSON) is recognised by ``verify_checkpoint``
+without loading its tensors; ``usable_checkpoint`` passes over it to the newest intact one.
 
     checkpoints/step-000012/
-      manifest.json        agent ids and model sources, step, algorithm (written last)
+      manifest.json        agent ids and model sources, step, algorithm, every file's size (written last)
       trainer_state.pt     step, capability window, data position, RNG states
       agents/<id>/         save_pretrained weights + tokenizer, optimizer.pt, reference/ (if KL)
 """
@@ -13,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hacrl.errors import InputError
 from hacrl.failpoints import failpoint
 
 MANIFEST = "manifest.json"
@@ -61,7 +65,9 @@ def save_checkpoint(
     tmp.mkdir()
     write_agents(tmp)
     torch.save(state, tmp / STATE)
-    (tmp / MANIFEST).write_text(json.dumps({**manifest, "step": step}, indent=2))
+    # the size of every file, so that a checkpoint cut short later (a copy, a full disk) is recognised
+    files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+    (tmp / MANIFEST).write_text(json.dumps({**manifest, "step": step, "files": files}, indent=2))
     _fsync_tree(tmp)
     failpoint("checkpoint", step)
     if final.exists():  # re-saving the same step (e.g. after a resume): swap, then delete the old one
@@ -98,9 +104,97 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
     return found[-1] if found else None
 
 
+class DamagedCheckpoint(InputError):
+    """A checkpoint file that cannot be read; the message names the file."""
+
+
 def read_manifest(ckpt: Path) -> dict[str, Any]:
-    return json.loads((ckpt / MANIFEST).read_text())
+    try:
+        manifest = json.loads((ckpt / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedCheckpoint(f"checkpoint {ckpt} is damaged: {MANIFEST} cannot be read ({_first_line(exc)})"
+                                ) from None
+    if not isinstance(manifest, dict):
+        raise DamagedCheckpoint(f"checkpoint {ckpt} is damaged: {MANIFEST} is not a JSON object")
+    return manifest
 
 
 def load_state(ckpt: Path) -> dict[str, Any]:
-    return torch.load(ckpt / STATE, weights_only=False)
+    try:
+        return torch.load(ckpt / STATE, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - a cut-short zip, a pickle error, ...: all mean a damaged file
+        raise DamagedCheckpoint(f"checkpoint {ckpt} is damaged: {STATE} cannot be read ({_first_line(exc)})"
+                                ) from None
+
+
+def verify_checkpoint(ckpt: Path) -> str | None:
+    """What is wrong with a complete checkpoint's files (naming the file), or None. Cheap: it compares the
+    sizes the manifest recorded and reads the headers of safetensors and torch files, not the tensors."""
+    try:
+        manifest = read_manifest(ckpt)
+    except DamagedCheckpoint as exc:
+        return str(exc).split(" is damaged: ", 1)[-1]
+    recorded = manifest.get("files") or {}
+    for rel, size in recorded.items():
+        path = ckpt / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if path.stat().st_size != size:
+            return f"{rel} is {path.stat().st_size} bytes, {size} when written (cut short or overwritten)"
+    for path in sorted(ckpt.rglob("*")):
+        rel = path.relative_to(ckpt).as_posix()
+        if path.suffix == ".safetensors":
+            problem = _safetensors_problem(path)
+        elif path.suffix == ".pt":
+            problem = _torch_file_problem(path)
+        else:
+            continue
+        if problem:
+            return f"{rel} {problem}"
+    return None
+
+
+def usable_checkpoint(ckpt_root: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest complete checkpoint whose files are intact, and the newer ones passed over with why."""
+    damaged: list[tuple[Path, str]] = []
+    for path in reversed(complete_checkpoints(ckpt_root)):
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path, damaged
+        damaged.append((path, problem))
+    return None, damaged
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header, then exactly the tensors' bytes."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if size < 8 or n > size - 8:
+                return "has a damaged header (cut short?)"
+            header = json.loads(f.read(n))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return "has a damaged header"
+    if not isinstance(header, dict):
+        return "has a damaged header"
+    ends = [t["data_offsets"][1] for k, t in header.items()
+            if k != "__metadata__" and isinstance(t, dict) and len(t.get("data_offsets", ())) == 2]
+    if 8 + n + max(ends, default=0) != size:
+        return f"is {size} bytes, its header describes {8 + n + max(ends, default=0)} (cut short?)"
+    return None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """torch.save writes a zip archive; one cut short loses its central directory at the end."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            z.infolist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        return f"cannot be read ({_first_line(exc)})"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
