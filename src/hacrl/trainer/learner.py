@@ -167,7 +167,11 @@ def update_learner(
             micro = mb[start : start + micro_batch_size]
             device = agent.device
             use_ref = settings.kl_coef > 0 and agent.ref_model is not None
-            logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, use_ref, clock)
+            # HACPO's KL term is on own answers only: the reference runs on those rows (all of them when
+            # sharded, where every rank must run the same passes)
+            ref_rows = ([r.is_own or algo.loss != "hacpo" or sharded for r in micro] if use_ref else
+                        [False] * len(micro))
+            logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, ref_rows, clock)
             mask_BT = answer_mask_BT.to(device)
             adv_B = torch.tensor([r.advantage for r in micro], device=device)
             common = {"ref_logp": ref_BT, "kl_coef": settings.kl_coef if ref_BT is not None else 0.0, **kwargs}
@@ -216,29 +220,47 @@ class PhaseClock:
             self.seconds[phase] += time.perf_counter() - start
 
 
-def _forward(agent: Agent, micro: list[ViewRow], shared: bool, use_ref: bool,
+def _forward(agent: Agent, micro: list[ViewRow], shared: bool, ref_rows: list[bool],
              clock: PhaseClock | None = None) -> tuple[Tensor, Tensor | None, Tensor]:
-    """Answer log-probs of the policy (and the reference) with their answer mask: each prompt once
-    (``shared_prompt``) or prompt + answer per row."""
+    """Answer log-probs of the policy with their answer mask, each prompt once (``shared_prompt``) or
+    prompt + answer per row, and the reference's on the rows ``ref_rows`` marks (zeros elsewhere; None if
+    it marks none)."""
     clock = clock or PhaseClock()
     prompts, answers = [r.prompt_ids for r in micro], [r.answer_ids for r in micro]
-    ref = None
     with agent.autocast():
         if shared:
             grouped = group_batch(prompts, answers, int(agent.tokenizer.pad_token_id))
             with clock("forward"):
                 logp = grouped_logprobs(agent.model, grouped)
-            if use_ref:
-                with clock("reference"), torch.no_grad():
-                    ref = grouped_logprobs(agent.ref_model, grouped)
-            return logp, ref, grouped.answer_mask_BA
-        batch = agent.batch(prompts, answers)
-        with clock("forward"):
-            logp = token_logprobs(agent.model, batch)
-    if use_ref:
+            mask = grouped.answer_mask_BA
+        else:
+            batch = agent.batch(prompts, answers)
+            with clock("forward"):
+                logp = token_logprobs(agent.model, batch)
+            mask = batch.answer_mask_BT
+        if not any(ref_rows):
+            return logp, None, mask
         with clock("reference"):
-            ref = agent.reference_logprobs(batch)
-    return logp, ref, batch.answer_mask_BT
+            ref = _reference_logprobs(agent, prompts, answers, ref_rows, shared, logp.shape)
+    return logp, ref.to(logp.device), mask
+
+
+@torch.no_grad()
+def _reference_logprobs(agent: Agent, prompts: list[list[int]], answers: list[list[int]], rows: list[bool],
+                        shared: bool, shape: torch.Size) -> Tensor:
+    """The reference's answer log-probs of the marked rows, placed in a [B, ·] tensor of ``shape``: rows
+    are right-aligned at column 0 in both layouts, so a sub-batch's columns are the full batch's first."""
+    idx = [i for i, keep in enumerate(rows) if keep]
+    sub_p, sub_a = [prompts[i] for i in idx], [answers[i] for i in idx]
+    if shared:
+        sub = grouped_logprobs(agent.ref_model, group_batch(sub_p, sub_a, int(agent.tokenizer.pad_token_id)))
+    else:
+        sub = token_logprobs(agent.ref_model, agent.batch(sub_p, sub_a))
+    if len(idx) == len(rows) and sub.shape == shape:
+        return sub
+    out = torch.zeros(shape, dtype=sub.dtype, device=sub.device)
+    out[idx, : sub.shape[1]] = sub
+    return out
 
 
 def _merge_across(totals: dict, weights: dict, group: Any) -> tuple[dict, dict]:
