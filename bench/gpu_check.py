@@ -39,23 +39,20 @@ from typing import Any
 import torch
 
 # (architecture, config keyword arguments); the tokenizer has exactly vocab_size tokens
+QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1_000_000.0,
+                  rms_norm_eps=1e-6)
+LLAMA_3_2_1B = dict(vocab_size=128_256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                    num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500_000.0,
+                    rms_norm_eps=1e-5)
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
 SHAPES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
-    "real": {
-        "qwen3-0.6b-shape": ("qwen3", dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072,
-                                           num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-                                           head_dim=128, rope_theta=1_000_000.0, rms_norm_eps=1e-6)),
-        "llama3.2-1b-shape": ("llama", dict(vocab_size=128_256, hidden_size=2048, intermediate_size=8192,
-                                            num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                                            head_dim=64, rope_theta=500_000.0, rms_norm_eps=1e-5)),
-    },
-    "tiny": {
-        "qwen3-tiny": ("qwen3", dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2, head_dim=16)),
-        "llama-tiny": ("llama", dict(vocab_size=768, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2, head_dim=16)),
-    },
+    "real": {"qwen3-0.6b-shape": ("qwen3", QWEN3_0_6B), "llama3.2-1b-shape": ("llama", LLAMA_3_2_1B)},
+    "tiny": {"qwen3-tiny": ("qwen3", dict(TINY, vocab_size=1024, intermediate_size=128)),
+             "llama-tiny": ("llama", dict(TINY, vocab_size=768, intermediate_size=160))},
 }
-SPECIALS = {"qwen3": {"eos": "<|endoftext|>"}, "llama": {"bos": "<|begin_of_text|>", "eos": "<|end_of_text|>"}}
+SPECIALS = {"qwen3": {"eos": "<|endoftext|>"},
+            "llama": {"bos": "<|begin_of_text|>", "eos": "<|end_of_text|>"}}
 
 
 def parity_reward(completion: str, sample: dict[str, Any]) -> float:
@@ -68,7 +65,8 @@ def parity_reward(completion: str, sample: dict[str, Any]) -> float:
 
 
 # ---- tokenizers and models --------------------------------------------------------------------------
-def synthetic_merges(vocab_size: int, specials: int, seed: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def synthetic_merges(vocab_size: int, specials: int,
+                     seed: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """A byte-level BPE vocabulary of ``vocab_size - specials`` tokens: the 256 byte symbols, then merges
     of two bytes and of a merged pair with a byte, in a seeded order (each merge makes a new string)."""
     from tokenizers.pre_tokenizers import ByteLevel
@@ -168,7 +166,8 @@ def make_config(dirs: dict[str, Path], args: argparse.Namespace, device: str) ->
               for name, path in dirs.items()]
     return build_config({
         "run": {"seed": 0, "loggers": ["jsonl"]},
-        "task": {"kind": "builtin", "name": "add2", "reward": "gpu_check:parity_reward", "reward_timeout_s": None},
+        "task": {"kind": "builtin", "name": "add2", "reward": "gpu_check:parity_reward",
+                 "reward_timeout_s": None},
         "agents": agents,
         "rollout": {"rollouts_per_prompt": args.group, "max_new_tokens": args.max_new_tokens,
                     "old_logprobs": "recompute"},
@@ -178,9 +177,57 @@ def make_config(dirs: dict[str, Path], args: argparse.Namespace, device: str) ->
     })
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def train_steps(cfg: Any, run_dir: Path, args: argparse.Namespace,
+                device: str) -> tuple[list[StepNumbers], float]:
+    """``args.steps`` HACPO steps through hacrl's Trainer; (per-step numbers, trainer start-up seconds)."""
     from hacrl.trainer.trainer import Trainer
 
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg, run_dir, sinks=False)
+    load_s = time.perf_counter() - t0
+    ids = [a.id for a in cfg.agents]
+    print("gpu_check: " + ", ".join(f"{a.id}: vocab {len(a.tokenizer)}" for a in trainer.agents)
+          + f"; loaded in {load_s:.1f} s; device {device}, float32 weights, bf16 autocast, gradient "
+          f"checkpointing; {args.batch} prompts x G {args.group} x {args.max_new_tokens} new tokens",
+          flush=True)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rows = []
+    try:
+        for _ in range(args.steps):
+            start = time.perf_counter()
+            metrics = trainer.step()
+            rows.append(step_numbers(trainer.step_idx, time.perf_counter() - start, metrics, ids,
+                                     args.batch * args.group))
+            print_row(rows[-1], ids)
+    finally:
+        trainer.close()
+    return rows, load_s
+
+
+def summarize(rows: list[StepNumbers], ids: list[str], device: str) -> dict[str, Any]:
+    """Means over steps 2..N (step 1 warms up), the largest gap, and the peak memory."""
+    later = rows[1:] or rows
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    cuda = device == "cuda"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    peak = torch.cuda.max_memory_allocated() if cuda else rss
+    return {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu", "steps": len(rows),
+        "mean_over_steps": [later[0].step, later[-1].step],
+        "rollout_tok_s": mean([r.rollout_tok_s for r in later]),
+        "train_tok_s": {a: mean([r.train_tok_s[a] for r in later]) for a in ids},
+        "logp_gap_mean": {a: mean([r.gap_mean[a] for r in rows]) for a in ids},
+        "logp_gap_max": {a: max(r.gap_max[a] for r in rows) for a in ids},
+        "peak_memory_gib": peak / 2**30, "peak_memory_kind": "cuda allocated" if cuda else "max RSS",
+        "step_s": [r.seconds for r in rows],
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     device = "cpu" if args.tiny else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_check: no CUDA device; run with --tiny for the CPU check")
@@ -191,57 +238,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for i, (name, (arch, kwargs)) in enumerate(SHAPES["tiny" if args.tiny else "real"].items()):
             dirs[name], params[name] = build_agent_dir(name, arch, kwargs, Path(tmp), seed=i)
         build_s = time.perf_counter() - t0
-        cfg = make_config(dirs, args, device)
-        t0 = time.perf_counter()
-        trainer = Trainer(cfg, Path(tmp) / "run", sinks=False)
-        load_s = time.perf_counter() - t0
-        ids = list(dirs)
-        print(f"gpu_check: built {', '.join(f'{n} ({params[n] / 1e6:.2f}M params, vocab {len(trainer.agents[i].tokenizer)})' for i, n in enumerate(ids))} "
-              f"in {build_s:.1f} s, loaded in {load_s:.1f} s; device {device}, float32 weights, bf16 autocast, "
-              f"gradient checkpointing; {args.batch} prompts x G {args.group} x {args.max_new_tokens} new tokens",
-              flush=True)
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        rows = []
-        try:
-            for _ in range(args.steps):
-                start = time.perf_counter()
-                metrics = trainer.step()
-                rows.append(step_numbers(trainer.step_idx, time.perf_counter() - start, metrics, ids,
-                                         args.batch * args.group))
-                print_row(rows[-1], ids)
-        finally:
-            trainer.close()
-        peak = (torch.cuda.max_memory_allocated() if device == "cuda"
-                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    later = rows[1:] or rows
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    summary = {
-        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-        "shapes": "tiny" if args.tiny else "real", "params": params, "steps": len(rows),
-        "rollout_tok_s": mean([r.rollout_tok_s for r in later]),
-        "train_tok_s": {a: mean([r.train_tok_s[a] for r in later]) for a in ids},
-        "logp_gap_mean": {a: mean([r.gap_mean[a] for r in rows]) for a in ids},
-        "logp_gap_max": {a: max(r.gap_max[a] for r in rows) for a in ids},
-        "peak_memory_gib": peak / 2**30, "peak_memory_kind": "cuda allocated" if device == "cuda" else "max RSS",
-        "step_s": [r.seconds for r in rows], "build_s": build_s, "load_s": load_s,
-    }
-    print(f"gpu_check: mean of steps {later[0].step}..{later[-1].step}: rollout {summary['rollout_tok_s']:.0f} tok/s; "
-          + "training " + ", ".join(f"{a} {v:.0f} tok/s" for a, v in summary["train_tok_s"].items())
+        print("gpu_check: built " + ", ".join(f"{n} ({p / 1e6:.2f}M params)" for n, p in params.items())
+              + f" in {build_s:.1f} s", flush=True)
+        rows, load_s = train_steps(make_config(dirs, args, device), Path(tmp) / "run", args, device)
+    ids = list(dirs)
+    summary = {"shapes": "tiny" if args.tiny else "real", "params": params, "build_s": build_s,
+               "load_s": load_s, **summarize(rows, ids, device)}
+    first, last = summary["mean_over_steps"]
+    print(f"gpu_check: mean of steps {first}..{last}: rollout {summary['rollout_tok_s']:.0f} tok/s; training "
+          + ", ".join(f"{a} {v:.0f} tok/s" for a, v in summary["train_tok_s"].items())
           + "; log-prob gap rollout vs training (mean / max |Δ| per token) "
-          + ", ".join(f"{a} {summary['logp_gap_mean'][a]:.2e} / {summary['logp_gap_max'][a]:.2e}" for a in ids)
+          + ", ".join(f"{a} {summary['logp_gap_mean'][a]:.2e} / {summary['logp_gap_max'][a]:.2e}"
+                      for a in ids)
           + f"; peak memory {summary['peak_memory_gib']:.2f} GiB ({summary['peak_memory_kind']})", flush=True)
     return summary
 
 
 def print_row(r: StepNumbers, ids: list[str]) -> None:
-    print(f"  step {r.step}: {r.seconds:.1f} s, rollout {r.rollout_s:.1f} s = {r.rollout_tok_s:.0f} tok/s; training "
-          + ", ".join(f"{a} {r.train_tok_s[a]:.0f} tok/s" for a in ids)
+    print(f"  step {r.step}: {r.seconds:.1f} s, rollout {r.rollout_s:.1f} s = {r.rollout_tok_s:.0f} tok/s; "
+          "training " + ", ".join(f"{a} {r.train_tok_s[a]:.0f} tok/s" for a in ids)
           + "; gap mean/max " + ", ".join(f"{r.gap_mean[a]:.2e}/{r.gap_max[a]:.2e}" for a in ids), flush=True)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", "--dry-run", action="store_true", help="CPU, tiny shapes: the same code path")
     p.add_argument("--steps", type=int, default=None, help="HACPO steps (default 4; --tiny 2)")
     p.add_argument("--batch", type=int, default=None, help="prompts per step (default 8; --tiny 2)")

@@ -7,9 +7,10 @@ without a GPU).
 
 Tolerances. float32: the engine's log-probs come from ``generate``'s incremental (KV-cache) passes, the
 training pass's from one forward over the whole sequence; both float32 on the same weights, they differ by
-reduction order only (~1e-6 per log-prob; ≤ 1e-3 with TF32). bf16 autocast: both sides round matmul inputs to
-8 mantissa bits (relative ~4e-3 per logit on logits of size ~10), so per-token gaps of a few 1e-2 are normal;
-the bound (mean 0.05, max 0.5) catches a wrong position or weight (0.1-10), not kernel noise.
+reduction order only (~1e-6 per log-prob; ≤ 1e-3 with TF32). bf16 autocast: both sides round matmul
+inputs to 8 mantissa bits (relative ~4e-3 per logit on logits of size ~10), so per-token gaps of a few
+1e-2 are normal; the bound (mean 0.05, max 0.5) catches a wrong position or weight (0.1-10), not kernel
+noise. These bounds are reasoned, not yet measured on a GPU (none was available when they were written).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def test_gradient_checkpointing_gives_the_same_gradients() -> None:
             agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         agent.model.train()
         prompts = _prompts(agent, 4)
-        batch = agent.batch(prompts, [agent.tokenizer("42", add_special_tokens=False)["input_ids"]] * len(prompts))
+        answer = agent.tokenizer("42", add_special_tokens=False)["input_ids"]
+        batch = agent.batch(prompts, [answer] * len(prompts))
         token_logprobs(agent.model, batch).sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in agent.model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
@@ -89,7 +91,8 @@ def test_trainer_steps_with_both_agents_on_the_device(tmp_path) -> None:
     from hacrl.trainer.trainer import Trainer
 
     cfg = load_config("tiny-test", overrides=[
-        f"agents.qwen-char.device={DEVICE}", f"agents.llama-bpe.device={DEVICE}", "agents.llama-bpe.autocast=bfloat16",
+        f"agents.qwen-char.device={DEVICE}", f"agents.llama-bpe.device={DEVICE}",
+        "agents.llama-bpe.autocast=bfloat16",
         "agents.qwen-char.gradient_checkpointing=true", "trainer.steps=2", "trainer.eval_size=8",
         "run.loggers=[jsonl]"])
     (tmp_path / "run").mkdir()
@@ -103,4 +106,5 @@ def test_trainer_steps_with_both_agents_on_the_device(tmp_path) -> None:
     assert all(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
     for m in metrics:
         assert all(torch.isfinite(torch.tensor(v)) for k, v in m.items() if k.endswith("loss"))
-    assert metrics[-1]["agent/llama-bpe/rollout/logp_gap_mean"] < 0.05  # autocast: π_old recomputed, gap logged
+    # autocast: π_old is recomputed by the training pass and the gap to the rollout's is logged
+    assert metrics[-1]["agent/llama-bpe/rollout/logp_gap_mean"] < 0.05

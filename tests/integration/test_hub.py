@@ -67,8 +67,8 @@ def test_model_from_the_hub_cache_loads_offline(hub_cache: Path) -> None:
     assert resolve_model_path(f"tinyorg/llama-bpe@{COMMIT}") == path
     other = "f" * 40  # a second revision, named by a branch (refs/v1)
     src = tiny_agent_path("qwen2-char")
-    _add_repo(hub_cache, "model", "tinyorg/llama-bpe", {f.name: f.read_bytes() for f in src.iterdir() if f.is_file()},
-              commit=other, ref="v1")
+    files = {f.name: f.read_bytes() for f in src.iterdir() if f.is_file()}
+    _add_repo(hub_cache, "model", "tinyorg/llama-bpe", files, commit=other, ref="v1")
     assert resolve_model_path("tinyorg/llama-bpe@v1") == path.parent / other
     assert resolve_model_path("tinyorg/llama-bpe") == path  # refs/main still names the first
     agent = load_agent("a", 0, path)
@@ -105,7 +105,8 @@ def _parquet_bytes(rows: list[dict]) -> bytes:
 
 
 def _dataset_repo(cache: Path) -> None:
-    train = [{"question": f"{a:02d}+{b:02d}=", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
+    train = [{"question": f"{a:02d}+{b:02d}=", "answer": str(a + b)}
+             for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
     test = [{"question": "10+11=", "answer": "21"}, {"question": "12+13=", "answer": "25"}]
     _add_repo(cache, "dataset", "tinyorg/add2", {
         "README.md": b"---\nconfigs: []\n---\n",
@@ -141,7 +142,8 @@ def test_train_with_hub_names_offline(hub_cache: Path, tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT / "src")}
     sets = ["agents.qwen-char.model=tinyorg/qwen2-char", "agents.llama-bpe.model=tinyorg/llama-bpe",
             "task.kind=dataset", "task.train_path=tinyorg/add2:train", "task.test_path=tinyorg/add2:test",
-            "task.reward=exact", "task.prompt_template='{question}'", "trainer.steps=1", "trainer.batch_size=2",
+            "task.reward=exact", "task.prompt_template='{question}'", "trainer.steps=1",
+            "trainer.batch_size=2",
             "trainer.eval_size=2", "run.loggers=[jsonl]"]
     out = subprocess.run([sys.executable, "-m", "hacrl.cli", "train", "--preset", "tiny-test", "--output",
                           str(tmp_path / "run"), "-q", *[a for s in sets for a in ("--set", s)]],
@@ -156,8 +158,10 @@ def test_dataset_from_the_datasets_cache(hub_cache: Path, tmp_path: Path) -> Non
     no Hub snapshot: read through datasets in offline mode."""
     datasets = pytest.importorskip("datasets")
     src = tmp_path / "train.parquet"
-    src.write_bytes(_parquet_bytes([{"question": "1+1=", "answer": "2"}, {"question": "2+2=", "answer": "4"}]))
-    built = datasets.load_dataset("parquet", data_files={"train": str(src)}, cache_dir=str(tmp_path / "build"))
+    src.write_bytes(_parquet_bytes([{"question": "1+1=", "answer": "2"},
+                                    {"question": "2+2=", "answer": "4"}]))
+    built = datasets.load_dataset("parquet", data_files={"train": str(src)},
+                                  cache_dir=str(tmp_path / "build"))
     prepared = Path(built["train"].cache_files[0]["filename"]).parent
     dest = tmp_path / "hf" / "datasets" / "tinyorg___sums" / "default" / "0.0.0" / COMMIT
     dest.mkdir(parents=True)

@@ -55,7 +55,8 @@ def test_math_reward_without_math_verify_warns_once_at_start(monkeypatch, caplog
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "math_verify" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "math_verify" else real(name, *a))
     with caplog.at_level(logging.WARNING):
         assert warn_if_no_math_verify(TaskConfig(kind="dataset", train_path="x.jsonl"))  # the dataset default
         assert warn_if_no_math_verify(TaskConfig(reward="math"))
@@ -107,7 +108,8 @@ def _wandb_run(path: Path) -> tuple[str, list[str], dict[int, set[str]]]:
 
 
 def _train(run_dir: Path, env: dict[str, str], *extra: str) -> None:
-    cmd = [sys.executable, "-m", "hacrl.cli", "train", "--preset", "tiny-test", "--output", str(run_dir), "-q",
+    cmd = [sys.executable, "-m", "hacrl.cli", "train", "--preset", "tiny-test", "--output", str(run_dir),
+           "-q",
            "--set", "run.loggers=[jsonl,tensorboard,wandb,trackio]", "--set", "trainer.eval_size=4",
            "--set", "trainer.checkpoint_every=1", *extra]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -118,15 +120,18 @@ def test_wandb_and_trackio_offline_same_names_config_and_resume(tmp_path: Path) 
     pytest.importorskip("wandb")
     pytest.importorskip("trackio")
     pytest.importorskip("tensorboard")
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(tmp_path / "trackio"),
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+           "TRACKIO_DIR": str(tmp_path / "trackio"),
            "HF_HOME": str(tmp_path / "hf"), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT / "src")}
     run = tmp_path / "run"
     _train(run, env, "--set", "trainer.steps=1")
     _train(run, env, "--resume", "--set", "trainer.steps=2")
 
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    jsonl = {r["step"]: {k for k, v in r.items() if k != "step" and isinstance(v, int | float)} for r in lines}
-    assert sorted(jsonl) == [0, 1, 2] and "agent/qwen-char/reward" in jsonl[1] and "timing/rollout" in jsonl[2]
+    jsonl = {r["step"]: {k for k, v in r.items() if k != "step" and isinstance(v, int | float)}
+             for r in lines}
+    assert sorted(jsonl) == [0, 1, 2]
+    assert "agent/qwen-char/reward" in jsonl[1] and "timing/rollout" in jsonl[2]
 
     ids = json.loads((run / "trackers.json").read_text())
     files = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -139,7 +144,8 @@ def test_wandb_and_trackio_offline_same_names_config_and_resume(tmp_path: Path) 
     assert seen == jsonl
 
     code = ("import json; from trackio.sqlite_storage import SQLiteStorage as S; "
-            "print(json.dumps([S.get_runs('hacrl'), S.get_logs('hacrl', 'run'), S.get_run_config('hacrl', 'run')]))")
+            "print(json.dumps([S.get_runs('hacrl'), S.get_logs('hacrl', 'run'), "
+            "S.get_run_config('hacrl', 'run')]))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     runs, logs, config = json.loads(out.stdout.splitlines()[-1])

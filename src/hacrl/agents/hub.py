@@ -83,8 +83,8 @@ def _snapshot(spec: str, repo_type: str, field: str) -> Path:
         path = snapshot_download(repo, repo_type=repo_type, revision=rev, cache_dir=cache,
                                  local_files_only=True)
     except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
-        raise InputError(f"{field}: {spec} is neither a local path nor a {repo_type} in the Hugging Face cache "
-                         f"{cache}; fix: `{fetch}` on a machine with network (then copy the cache), "
+        raise InputError(f"{field}: {spec} is neither a local path nor a {repo_type} in the Hugging Face "
+                         f"cache {cache}; fix: `{fetch}` on a machine with network (then copy the cache), "
                          f"or give a local directory") from None
     return Path(path)
 
@@ -144,7 +144,8 @@ def dataset_files(snapshot: Path, split: str | None, spec: str) -> list[Path]:
     return by_split[split]
 
 
-def hub_dataset_rows(spec: str, split: str | None = None, field: str = "data") -> Iterator[dict[str, Any] | str]:
+def hub_dataset_rows(spec: str, split: str | None = None,
+                     field: str = "data") -> Iterator[dict[str, Any] | str]:
     """Rows of dataset ``org/name[@revision][:split]`` from the Hub cache.
 
     The cached repo snapshot (``datasets--org--name``) is read file by file (parquet, jsonl, json) with
@@ -191,8 +192,8 @@ def _datasets_cache_rows(name: str, split: str | None, missing: InputError) -> I
     if isinstance(obj, datasets.DatasetDict):
         splits = list(obj)
         if len(splits) != 1:
-            raise InputError(f"{name}: the cached dataset has splits {', '.join(splits)}; pick one: fix: write "
-                             f"{name}:<split>, e.g. {name}:{splits[0]}")
+            raise InputError(f"{name}: the cached dataset has splits {', '.join(splits)}; pick one: fix: "
+                             f"write {name}:<split>, e.g. {name}:{splits[0]}")
         obj = obj[splits[0]]
     yield from obj
 

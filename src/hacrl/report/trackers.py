@@ -8,8 +8,8 @@ everywhere (``agent/<id>/reward``, ``pool/size``, ``timing/rollout``, ``eval/<id
 |---|---|---|
 | ``jsonl`` | (core) | ``run_dir/metrics.jsonl`` |
 | ``tensorboard`` | ``hacrl[report]`` | ``run_dir/tensorboard/`` |
-| ``wandb`` | ``hacrl[wandb]`` | the wandb project ``run.project`` (``WANDB_MODE=offline``: ``run_dir/wandb/``) |
-| ``trackio`` | ``hacrl[trackio]`` | trackio's local store (``$TRACKIO_DIR``, default ``$HF_HOME/trackio``), project ``run.project`` |
+| ``wandb`` | ``hacrl[wandb]`` | wandb project ``run.project`` (``WANDB_MODE=offline``: ``run_dir/wandb/``) |
+| ``trackio`` | ``hacrl[trackio]`` | project ``run.project`` in trackio's local store (``$TRACKIO_DIR``) |
 
 Default (``run.loggers`` unset): jsonl, plus tensorboard when the package is installed (nothing said
 otherwise). A logger that is listed but not installed stops the run before any model loads with one line
@@ -57,8 +57,8 @@ def resolve_loggers(run: Any) -> list[str]:
     if run.loggers is None:
         names = ["jsonl", "tensorboard"] if _installed("tensorboard") else ["jsonl"]
         if run.tensorboard and "tensorboard" not in names:
-            logger.warning("run.tensorboard is true but tensorboard is not installed: no TensorBoard events; fix: "
-                           "pip install 'hacrl[report]' or set run.tensorboard=false")
+            logger.warning("run.tensorboard is true but tensorboard is not installed: no TensorBoard events; "
+                           "fix: pip install 'hacrl[report]' or set run.tensorboard=false")
     else:
         names = ["jsonl", *dict.fromkeys(n for n in run.loggers if n != "jsonl")]
         if run.tensorboard and "tensorboard" not in names:
@@ -129,7 +129,8 @@ class TrackioSink:
         self.run.finish()
 
 
-def make_sinks(names: list[str], run_dir: Path, config: dict[str, Any], *, step: int, project: str) -> MultiSink:
+def make_sinks(names: list[str], run_dir: Path, config: dict[str, Any], *, step: int,
+               project: str) -> MultiSink:
     """The sinks ``names`` (from :func:`resolve_loggers`) for a run at ``step`` (0, or the resumed step)."""
     tracked = {**config, "run_dir": str(run_dir.resolve())}
     sinks: list[MetricsSink] = [JsonlSink(run_dir / "metrics.jsonl")]
