@@ -72,11 +72,11 @@ if [ "${SKIP_TESTS:-0}" != 1 ] && [ "${TINY:-0}" != 1 ]; then
 fi
 
 # ---- 4. HACPO steps on realistic shapes -------------------------------------------------------------
-phase "bench/gpu_check.py${TINY:+ --tiny}"
 CHECK_RC=0
 ARGS=(--json "$OUT/gpu_check.json")
 [ "${TINY:-0}" = 1 ] && ARGS+=(--tiny)
 [ -n "${STEPS:-}" ] && ARGS+=(--steps "$STEPS")
+phase "bench/gpu_check.py ${ARGS[*]}"
 timeout 300 "$PY" bench/gpu_check.py "${ARGS[@]}" || CHECK_RC=$?
 
 phase "done"
