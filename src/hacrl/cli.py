@@ -24,6 +24,7 @@ from typing import Any
 
 from hacrl.config import Config, ConfigError, load_config, preset_names, preset_text
 from hacrl.errors import InputError
+from hacrl.plan import add_plan_parser, cmd_plan
 from hacrl.report.compare_cli import add_compare_parser, cmd_compare
 from hacrl.trainer.rundir import RunLock, check_output, has_content, refuse_foreign, remove_run
 
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--json-out", metavar="PATH", help="also write the records and tables as JSON to PATH")
 
     add_compare_parser(sub)
+    add_plan_parser(sub)
 
     pr = sub.add_parser("presets", help="list the named presets")
     pr.add_argument("--show", metavar="NAME", help="print a preset's YAML")
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "compare":
             return cmd_compare(args)
+        if args.command == "plan":
+            return cmd_plan(args)
         if args.command == "train":
             return cmd_train(args)
         if args.command == "eval":
