@@ -1,5 +1,6 @@
 """Data parallel within one agent: W replicas, each running every W-th micro-batch, gradients summed
-before each optimizer step, take the step one process takes on the whole minibatch."""
+in place before each optimizer step (``sharding.sum_replica_gradients``), take the step one process
+takes on the whole minibatch. The sharded (FSDP2) variant: test_sharded.py."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def make_minibatches(agent):
 
 
 def run_update(agent, dp_group=None):
-    return update_learner(agent, make_minibatches(agent), ALGORITHMS.get("hacpo"), SETTINGS,
-                          micro_batch_size=2, grad_clip=0.5, dp_group=dp_group)
+    metrics = update_learner(agent, make_minibatches(agent), ALGORITHMS.get("hacpo"), SETTINGS,
+                             micro_batch_size=2, grad_clip=0.5, dp_group=dp_group)
+    return {k: v for k, v in metrics.items() if not k.startswith("busy_")}  # this rank's seconds
 
 
 def _rank(rank, world, init_file, out_dir):
