@@ -5,8 +5,11 @@
                 [--json-out PATH]
     hacrl presets [--show NAME] [--fields]
 
-Bad input exits with code 2 and one line naming the field and the fix; an agent whose worker dies (Ray)
-exits with code 3, naming the agent and the checkpoint to resume from.
+Bad input (config, paths, damaged model or checkpoint files, devices) exits with code 2 and at most three
+lines naming the file or field and the fix, as does a run that diverges (a non-finite loss, gradient, weight
+or logit: the agent, step and phase); an agent whose worker dies (Ray) exits with code 3, naming the agent
+and the checkpoint to resume from. ``--overwrite`` deletes only a run directory (``trainer.rundir``), and a
+run directory has one writer at a time (a file lock).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from hacrl.report.compare_cli import add_compare_parser, cmd_compare
 from hacrl.trainer.rundir import RunLock, check_output, has_content, refuse_foreign, remove_run
 
 logger = logging.getLogger("hacrl")
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.EDQUOT}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,11 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hacrl: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-        print(f"hacrl: error: disk full while writing {exc.filename or 'the run directory'}; free space, then "
-              f"continue with --resume (the last complete checkpoint is intact)", file=sys.stderr)
-        return 2
+        if exc.errno == errno.ENOSPC:
+            print(f"hacrl: error: disk full while writing {exc.filename or 'the run directory'}; free space, then "
+                  f"continue with --resume (the last complete checkpoint is intact)", file=sys.stderr)
+            return 2
+        if exc.errno in _PATH_ERRNOS and exc.filename:  # a path the user gave that cannot be written or read
+            print(f"hacrl: error: {exc.filename}: {exc.strerror}; check the path and its permissions", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
         print("hacrl: interrupted", file=sys.stderr)
         return 130
@@ -152,6 +159,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other; pick one")
     check_output(run_dir)
+    if has_content(run_dir):
+        refuse_foreign(run_dir)  # before the lock: not even a lock file goes into a directory that is not a run
     created = not run_dir.exists()
     lock = RunLock(run_dir)  # one writer per run directory, held until the run ends
     try:
@@ -300,7 +309,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     try:
         for i, (agent_id, path, kwargs) in enumerate(models):
-            agent = load_agent(agent_id, i, path, **kwargs)
+            try:
+                agent = load_agent(agent_id, i, path, **kwargs)
+            except InputError as exc:
+                if i < len(models) - len(args.model):
+                    raise  # an agent of --run: agents.<id>.model names it
+                raise InputError(str(exc).replace(f"agents.{agent_id}.model:", f"--model {args.model[i - len(models)]}:",
+                                                  1)) from None
             for name, problems, score in suites:
                 start = time.perf_counter()
                 res = evaluate_agent(agent, problems, score, engine, max_new_tokens=max_new, k=args.k,

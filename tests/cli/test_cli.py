@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
@@ -68,6 +69,21 @@ BAD = [
      "device=cuda"),
     (["--preset", "no-such-preset"], "unknown"),
     (["--config", "missing.yaml"], "no such file"),
+    (["--config", "."], "is a directory"),
+    # numbers take no booleans and no inf/nan (#17); agents are named by id, as --set names them
+    (["--set", "trainer.steps=true"], "trainer.steps: a number is expected, not a boolean"),
+    (["--set", "trainer.threads=false"], "trainer.threads: a number is expected"),
+    (["--set", "agents.qwen-char.lr=inf"], "agents.qwen-char.lr: Input should be a finite number"),
+    (["--set", "agents.llama-bpe.lr=.nan"], "agents.llama-bpe.lr: Input should be a finite number"),
+    (["--set", "algorithm.alpha=.inf"], "algorithm.alpha"),
+    (["--set", "agents.llama-bpe.grad_clip=0"], "agents.llama-bpe.grad_clip"),
+    # devices torch does not know or this machine does not have; unknown builtin models
+    (["--set", "agents.qwen-char.device=nonsense"], "agents.qwen-char.device='nonsense': not a torch device"),
+    (["--set", "agents.llama-bpe.device=cuda:99"], "agents.llama-bpe.device=cuda:99"),
+    (["--set", "agents.qwen-char.device=xpu"], "agents.qwen-char.device=xpu"),
+    (["--set", "agents.qwen-char.model=builtin:nope"], "agents.qwen-char.model: no tiny agent 'nope'"),
+    *([(["--set", "agents.qwen-char.device=cuda"], "no CUDA device is available")]
+      if not torch.cuda.is_available() else []),
 ]
 
 
@@ -105,6 +121,16 @@ def test_existing_run_directory_is_refused_unless_resume_or_overwrite(tmp_path):
     assert (out / "metrics.jsonl").read_text() == "{}\n"
     res = hacrl("train", "--preset", "tiny-test", "--output", str(out), "--resume")
     assert res.returncode == 2 and "no complete checkpoint" in res.stderr and "--overwrite" in res.stderr
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    from hacrl.cli import main
+
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("# café\nagents: []\n".encode("latin-1"))
+    assert main(["train", "--config", str(bad), "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"hacrl: error: --config {bad}: not UTF-8 text (byte 0xe9 at offset 5); save the file as UTF-8"]
 
 
 def test_invalid_yaml_config(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -70,3 +71,24 @@ def test_sigterm_checkpoints_and_says_how_to_resume(tmp_path, reference):
         res = train(out, "--resume")
         assert res.returncode == 0, res.stderr
     assert metrics(out) == reference
+
+
+def test_a_run_killed_before_its_first_checkpoint_names_the_way_out(tmp_path, capsys):
+    from hacrl.cli import main
+
+    out = tmp_path / "run"
+    args = ["--preset", "tiny-test", "--set", "trainer.eval_size=10", "--set", "trainer.steps=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HACRL_FAILPOINT": "rollout@1"}
+    res = subprocess.run([sys.executable, "-m", "hacrl.cli", "train", *args, "--output", str(out)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == -signal.SIGKILL
+    assert complete_checkpoints(out / "checkpoints") == [] and (out / "config.yaml").is_file()
+    assert "pid" in (out / ".hacrl.lock").read_text()  # the killed holder's lock, left behind
+    for flag in (["--resume"], []):  # both name the one way out, as a command
+        assert main(["train", *args, "--output", str(out), *flag]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "start over with: hacrl train" in err[0], err
+    command = err[0].split("start over with: ")[1]
+    assert command.endswith(f"--output {out} --overwrite")
+    assert main([*shlex.split(command)[1:], "-q"]) == 0  # takes over the dead process's lock
+    assert [p.name for p in complete_checkpoints(out / "checkpoints")] == ["step-000001"]

@@ -102,3 +102,13 @@ def test_a_data_parallel_agent_keeps_its_replicas_identical_and_checkpoints(tmp_
         assert again == digests  # both replicas start from the checkpoint's weights
     finally:
         resumed.close()
+
+
+def test_divergence_inside_an_actor_is_one_line_naming_agent_step_and_phase(tmp_path, capsys):
+    # (#17) the worker's check runs in the actor; its TrainingDiverged crosses Ray as the same exit-2 line
+    args = ["train", "--preset", "tiny-test", "-q", *(x for o in [*COMMON, "backend.name=ray",
+            "agents.llama-bpe.lr=1e30"] for x in ("--set", o))]
+    assert main([*args, "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("hacrl: error: agent 'llama-bpe' diverged at step 1 (update)"), err
+    assert "--overwrite" in err[1] and not (tmp_path / "run").exists()

@@ -220,3 +220,14 @@ def test_normalize_equal(a: str, b: str) -> None:
 @pytest.mark.parametrize(("a", "b"), [("1/2", "1/3"), ("(1,2)", "[1,2]"), ("-5", "5"), ("1,2", "12")])
 def test_normalize_different(a: str, b: str) -> None:
     assert normalize_answer(a) != normalize_answer(b)
+
+
+def test_last_boxed_is_linear_in_box_like_commands() -> None:
+    # (#17) each "\boxedx" used to restart the search for "\fbox" from the end: quadratic, minutes here
+    import time
+
+    text = "\\boxedx" * 200_000
+    start = time.perf_counter()
+    assert last_boxed(text) is None
+    assert last_boxed("\\boxed{7}" + text) == "7" and last_boxed(text + "\\fbox{8}") == "8"
+    assert time.perf_counter() - start < 5.0

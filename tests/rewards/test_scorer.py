@@ -249,3 +249,29 @@ def test_worker_start_up_is_bounded(tmp_path: Path) -> None:
         scorer.score(["a"], [{}])
     assert time.monotonic() - start < 1.0 + SLACK_S
     assert scorer.pids == []
+
+
+def test_a_reward_that_never_returns_gives_up_after_a_few_timeouts() -> None:
+    """(#17) Every answer hangs: HANGS_AFTER timeouts (answers spread over the batch), not one per answer;
+    a later call gives up at its first timeout."""
+    from hacrl.rewards.scorer import HANGS_AFTER
+
+    limit, n = 0.2, 40
+    with RewardScorer(MIXED, timeout_s=limit) as scorer:
+        start = time.monotonic()
+        first = scorer.score(["x"] * n, [{"answer": "sleep"}] * n)
+        first_s = time.monotonic() - start
+        start = time.monotonic()
+        again = scorer.score(["x"] * n, [{"answer": "sleep"}] * n)
+        again_s = time.monotonic() - start
+    assert first.timeout == again.timeout == n and first.rewards == [None] * n
+    assert first_s < HANGS_AFTER * (limit + 0.5) + SLACK_S  # one per answer: 40 x (limit + a restart)
+    assert again_s < limit + SLACK_S
+
+
+def test_a_reward_that_hangs_on_the_first_answers_only_still_scores_the_rest() -> None:
+    # answers 0-3 hang, 4-7 score: tried spread over the batch, an early one returns before HANGS_AFTER
+    answers = ["sleep"] * 4 + ["a"] * 4
+    with RewardScorer(MIXED, timeout_s=0.2) as scorer:
+        res = scorer.score(["a"] * 8, [{"answer": a} for a in answers])
+    assert res.rewards == [None] * 4 + [1.0] * 4 and res.timeout == 4

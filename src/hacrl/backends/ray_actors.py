@@ -131,9 +131,9 @@ class RayBackend:
             return self._ray.get(ref)
         except exc_mod.RayTaskError as exc:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-            if isinstance(cause, InputError):
-                raise cause from None  # bad input inside an actor: the same one-line error as locally
-            self._failed = True
+            self._failed = True  # the other replicas may be stuck in a collective: close() kills them at once
+            if isinstance(cause, InputError):  # bad input or a divergence inside an actor (TrainingDiverged):
+                raise cause from None  # the same one-line error as locally
             raise AgentFailure(f"{who} failed in {method}: {type(cause).__name__}: {_first_line(cause)}") from None
         except exc_mod.RayActorError as exc:
             lines = [x.strip() for x in str(exc).splitlines() if x.strip()]

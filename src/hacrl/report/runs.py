@@ -9,6 +9,7 @@ trajectory-relevant value is refused); :func:`execute_run` trains or resumes thr
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -19,6 +20,9 @@ from typing import Any
 import yaml
 
 from hacrl.config import Config, ConfigError
+from hacrl.trainer.rundir import RunLock, has_content, remove_run
+
+logger = logging.getLogger(__name__)
 
 RUN_RECORD = "compare.json"
 # Config keys that do not change a run's trajectory: a finished run made with other values is still reused.
@@ -110,13 +114,14 @@ class RunPlan:
 
 def plan_run(cfg: Config, run_dir: Path) -> RunPlan:
     """What to do with one run directory; raises ConfigError when it cannot be reused or resumed safely."""
-    from hacrl.trainer.checkpoint import latest_checkpoint
+    from hacrl.trainer.checkpoint import usable_checkpoint
 
     algo, seed, steps = cfg.algorithm.name, cfg.run.seed, cfg.trainer.steps
-    latest = latest_checkpoint(run_dir / "checkpoints")
+    latest, damaged = usable_checkpoint(run_dir / "checkpoints")  # a damaged newest one is passed over
+    for path, problem in damaged:
+        logger.warning("checkpoint %s is damaged (%s); passing over it", path, problem)
     if latest is None:
-        busy = run_dir.exists() and any(run_dir.iterdir())
-        return RunPlan(algo, seed, cfg, run_dir, "restart" if busy else "train", None)
+        return RunPlan(algo, seed, cfg, run_dir, "restart" if has_content(run_dir) else "train", None)
     mismatch = _config_mismatch(run_dir, cfg)
     if mismatch:
         raise ConfigError(f"{run_dir} was trained with {mismatch}; use another --output or delete that "
@@ -131,32 +136,42 @@ def plan_run(cfg: Config, run_dir: Path) -> RunPlan:
 def execute_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps: bool) -> RunOutcome:
     """Carry out ``plan`` (reuse, resume, restart or train), logging one line per run (and per step with
     ``log_steps``); raises KeyboardInterrupt when the trainer was stopped before the last step."""
-    from hacrl.trainer.trainer import Trainer
-
     algo, seed, run_dir, steps = plan.algo, plan.seed, plan.run_dir, plan.cfg.trainer.steps
     if plan.action == "reuse":
         outcome = RunOutcome(algo, seed, run_dir, "reused", _read_record(run_dir).get("wall_s"),
                              _final_accuracies(run_dir, steps))
         log(f"{label}: reused (finished run in {run_dir}); final greedy acc {_fmt_accs(outcome.final)}")
         return outcome
+    created = not run_dir.exists()
+    with RunLock(run_dir):  # no other process writes this run meanwhile (a second `hacrl compare`)
+        try:
+            return _train_run(plan, label, log, log_steps, created)
+        finally:
+            if created and not has_content(run_dir):
+                shutil.rmtree(run_dir, ignore_errors=True)  # a run that never started leaves no directory
+
+
+def _train_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps: bool,
+               created: bool) -> RunOutcome:
+    from hacrl.trainer.trainer import Trainer
+
+    algo, seed, run_dir, steps = plan.algo, plan.seed, plan.run_dir, plan.cfg.trainer.steps
     record, resume_from = {}, None
     if plan.action == "resume":
         record, resume_from = _read_record(run_dir), plan.checkpoint
         log(f"{label}: resuming from step {_checkpoint_step(resume_from)} of {steps}")
     elif plan.action == "restart":
-        shutil.rmtree(run_dir)
+        remove_run(run_dir)  # only what a run wrote: a directory holding anything else is refused
         log(f"{label}: no complete checkpoint in {run_dir}; restarting it from scratch")
     else:
         log(f"{label}: training {steps} steps")
     status = {"resume": "resumed", "restart": "restarted", "train": "trained"}[plan.action]
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
         trainer = Trainer(plan.cfg, run_dir, resume_from=resume_from)
     except Exception:
-        if created:  # a run that never started leaves no directory
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if created or plan.action == "restart":  # a run that never started leaves nothing behind
+            remove_run(run_dir)
         raise
 
     def on_step(step: int, metrics: dict[str, float]) -> None:

@@ -116,12 +116,14 @@ class RunLock:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self._fd: int | None = None
+        self._created = False
 
     def acquire(self) -> RunLock:
         import fcntl
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / LOCK_FILE
+        self._created = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -153,6 +155,8 @@ class RunLock:
                 os.ftruncate(self._fd, 0)  # a holder named in the file is one that did not finish
             except OSError:
                 pass
+            if self._created and not is_run_directory(self.run_dir):  # nothing of a run came of it
+                (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
 
