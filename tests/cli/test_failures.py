@@ -273,4 +273,8 @@ def test_compare_and_presets_bad_input_is_one_line(tmp_path, capsys):
     failed(capsys, ["compare", "--preset", "tiny-test", "--algos", "hacpo", "--seeds", "1", "-q",
                     "--set", "agents.qwen-char.device=nonsense", "--output", str(tmp_path / "cmp")],
            "agents.qwen-char.device='nonsense'")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    failed(capsys, ["compare", "--preset", "tiny-test", "--algos", "hacpo", "--seeds", "1", "-q",
+                    "--output", str(afile)], f"--output {afile}: is a file")
     failed(capsys, ["presets", "--show", "nope"], "--preset 'nope' is unknown")

@@ -47,6 +47,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     name = args.preset or (Path(args.config).stem if args.config else "tiny-model")
     output = Path(args.output) if args.output else Path("runs") / f"compare-{name}"
+    from hacrl.trainer.rundir import check_output
+
+    check_output(output)  # a file, under a file, not writable: one line before any run starts
     try:
         from transformers.utils import logging as hf_logging
 
