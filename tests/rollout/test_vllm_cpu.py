@@ -156,3 +156,14 @@ def test_weight_chunks_keep_each_decoder_layer_whole_and_bound_the_size():
     assert chunks[1:] == [[f"model.layers.{i}.{x}.weight" for x in "qkv"] for i in (1, 2, 3)] + [["lm_head.weight"]]
     # one huge limit: everything in one message
     assert len(list(vllm_engine.weight_chunks(iter(_named(names)), limit=1 << 30))) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_wire_format_round_trips_tensors_exactly(dtype):
+    for shape in [(3, 5), (7,), ()]:
+        tensor = (torch.randn(shape) * 100).to(dtype)
+        wire = vllm_engine.to_wire("w", tensor.t() if tensor.dim() == 2 else tensor)  # also non-contiguous
+        assert isinstance(wire[3], bytes) and wire[:3] == ("w", str(dtype).removeprefix("torch."), list(wire[2]))
+        name, back = vllm_engine.from_wire(*wire)
+        assert name == "w" and back.dtype == dtype
+        assert torch.equal(back, tensor.t() if tensor.dim() == 2 else tensor)

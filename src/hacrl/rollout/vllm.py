@@ -28,8 +28,10 @@ Design:
   (``LLM.reset_prefix_cache``). Tensors go in chunks of whole decoder layers (a fused q/k/v or gate/up
   parameter is never split between two reloads), at most ~256 MiB past the first layer, so a merged LoRA
   copy or a message to an out-of-process engine core never holds the whole model. It works with
-  vLLM's multiprocessing on or off (off is set here unless the user set it: the engine then lives in
-  the agent worker's own process, and its scripts need no ``__main__`` guard). Fallback: if the RPC
+  vLLM's multiprocessing on or off. Off is set here unless the user set it: the engine core then lives in
+  the agent worker's own process, the tensors are handed over as they are, and scripts need no
+  ``__main__`` guard. On (``VLLM_ENABLE_V1_MULTIPROCESSING=1``), they travel as bytes (:func:`to_wire`:
+  vLLM's message decoder does not rebuild a tensor inside an RPC argument). Fallback: if the RPC
   fails (an architecture or quantisation vLLM cannot reload in place), the engine is rebuilt from a saved
   copy after every update (slow, always correct; logged once). A LoRA agent sends merged weights under the
   base model's names: W + ΔW per LoRA layer, one tensor at a time (the training model is not modified;
@@ -68,7 +70,8 @@ from hacrl.rollout.base import ENGINES, Sample, SamplingParams
 
 logger = logging.getLogger(__name__)
 
-NEEDS_VLLM = "rollout.engine=vllm needs the vllm extra (a CUDA machine): pip install 'hacrl[vllm]'"
+NEEDS_VLLM = ("rollout.engine=vllm needs vLLM: pip install 'hacrl[vllm]' on a CUDA machine, or its CPU build in "
+              "its own environment: bash scripts/setup_vllm.sh")
 DTYPES = (None, "auto", "float32", "bfloat16", "float16")
 LOGPROBS_MODES = (None, "raw_logprobs", "processed_logprobs")  # newer vLLM only; unset: its default, raw
 OPTIONS = "rollout.engine_options"
@@ -120,6 +123,7 @@ class VLLMEngine:
         self._asleep: set[str] = set()
         self._synced: set[str] = set()  # agents whose weights went in place at least once
         self._rebuild: set[str] = set()  # agents whose in-place load failed: rebuilt after every update
+        self._remote: set[str] = set()  # agents whose engine core runs in another process (vLLM multiprocessing)
         self._tmp: str | None = None
 
     # ---- sampling -----------------------------------------------------------------------------
@@ -147,7 +151,8 @@ class VLLMEngine:
         if self.sleep_mode and _sleep_pool_in_use():
             raise InputError(f"{OPTIONS}.enable_sleep_mode: vLLM allows one sleep-mode engine per process and "
                              f"agent {agent.id} would be the second; set it false, or use backend.name=ray")
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process
+        if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":  # default: in this process
+            self._remote.add(agent.id)
         self._tmp = self._tmp or tempfile.mkdtemp(prefix="hacrl-vllm-")
         path = Path(self._tmp) / f"agent-{agent.index}"
         shutil.rmtree(path, ignore_errors=True)
@@ -174,7 +179,8 @@ class VLLMEngine:
         llm = self._llms[agent.id]
         try:
             for chunk in weight_chunks(hf_weights(agent.model)):
-                loaded = llm.collective_rpc("hacrl_load_weights", args=(chunk,))
+                message = [to_wire(n, t) for n, t in chunk] if agent.id in self._remote else chunk
+                loaded = llm.collective_rpc("hacrl_load_weights", args=(message,))
                 if min(loaded) < len(chunk):
                     raise RuntimeError(f"vLLM's worker loaded {min(loaded)} of {len(chunk)} tensors")
         except Exception as exc:  # noqa: BLE001  (whatever broke: fall back to the slow, safe path)
@@ -242,15 +248,29 @@ class WeightSyncExtension:
     """Mixed into vLLM's worker class (``worker_extension_cls``); its methods are called with
     ``LLM.collective_rpc``. ``self`` is vLLM's worker."""
 
-    def hacrl_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
+    def hacrl_load_weights(self, weights: list[Any]) -> int:
         """Load checkpoint-format (HF-named) tensors into the running model in place; returns how many
-        tensors it was given (vLLM's reload warns about, and keeps, any parameter it did not receive)."""
+        tensors it was given (vLLM's reload warns about, and keeps, any parameter it did not receive).
+        ``weights``: (name, tensor) pairs in process, :func:`to_wire` tuples from another process."""
+        weights = [from_wire(*w) if len(w) == 4 else tuple(w) for w in weights]
         reload = getattr(self, "reload_weights", None)
         if reload is not None:  # vLLM's layerwise reload: loads, then redoes the kernels' weight processing
             reload(weights_iterator=iter(weights), is_checkpoint_format=True)
             return len(weights)
         loaded = self.model_runner.model.load_weights(weights)  # type: ignore[attr-defined]  (older vLLM)
         return len(weights) if loaded is None else len(loaded)
+
+
+def to_wire(name: str, tensor: torch.Tensor) -> tuple[str, str, list[int], bytes]:
+    """A tensor as plain values for vLLM's messages to another process (its msgpack decoder turns a
+    tensor inside an RPC argument back into a list, not a tensor)."""
+    t = tensor.detach().to("cpu").contiguous()
+    return name, str(t.dtype).removeprefix("torch."), list(t.shape), t.view(-1).view(torch.uint8).numpy().tobytes()
+
+
+def from_wire(name: str, dtype: str, shape: list[int], data: bytes) -> tuple[str, torch.Tensor]:
+    """Inverse of :func:`to_wire`."""
+    return name, torch.frombuffer(bytearray(data), dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape)
 
 
 def weight_chunks(weights: Iterator[tuple[str, torch.Tensor]], limit: int = CHUNK_BYTES
