@@ -247,14 +247,17 @@ def _run(shape: Shape, s: Setting, p: PlanInputs, device_bytes: float) -> dict[s
                     device_bytes=device_bytes)
 
 
-def _changes(spec: AgentSpec, old: Setting, new: Setting) -> list[str]:
-    """The ``--set`` assignments that turn ``old`` into ``new``."""
-    a = f"agents.{spec.id}"
+def _changes(cfg: Config, index: int, old: Setting, new: Setting) -> list[str]:
+    """The ``--set`` assignments that turn ``old`` into ``new`` (an id with a dot is addressed by index)."""
+    spec = cfg.agents[index]
+    a = f"agents.{index if '.' in spec.id else spec.id}"
     out = []
     if new.fsdp != old.fsdp:
         out.append(f"{a}.fsdp=true")
     if new.world != old.world:
         out.append(f"{a}.data_parallel={new.world}")
+        if cfg.backend.name != "ray":
+            out += ["backend.name=ray", f"{a}.device=cuda", "backend.num_gpus_per_agent=1"]
     if new.offload != old.offload:
         out.append(f"{a}.cpu_offload=true")
     if new.lora_r != old.lora_r:
@@ -305,7 +308,7 @@ def plan(cfg: Config, *, model_configs: dict[str, str] | None = None, device_mem
     """One :class:`AgentPlan` per agent; ``fixes`` lists up to three settings that fit when it overflows."""
     device_bytes = device_memory_gib * GiB
     plans = []
-    for spec in cfg.agents:
+    for index, spec in enumerate(cfg.agents):
         shape = model_shape(spec, model_configs)
         s = setting_of(spec, cfg)
         inputs = _inputs(cfg, spec, prompt_tokens)
@@ -317,7 +320,7 @@ def plan(cfg: Config, *, model_configs: dict[str, str] | None = None, device_mem
                 alt_est = _run(shape, alt, inputs, device_bytes)
                 peak = max(alt_est["train_peak"], alt_est["rollout_peak"])
                 if peak <= device_bytes:
-                    fitting.append((_cost(s, alt), -peak, " ".join(_changes(spec, s, alt)), alt_est))
+                    fitting.append((_cost(s, alt), -peak, " ".join(_changes(cfg, index, s, alt)), alt_est))
             # the smallest change first; among equals the one that leaves the least memory unused
             fixes = [(label, e) for _, _, label, e in sorted(fitting, key=lambda f: f[:2])[:3]]
         plans.append(AgentPlan(spec, shape, s, inputs, est, fixes))

@@ -73,7 +73,9 @@ def _rank(rank, lora, init_file, out_dir):
     group = dist.group.WORLD
     agent = make_agent(lora)
     before = sharding.local_numel(agent.model.parameters())
-    sharding.shard_agent(agent, group, offload=False, lr=1e-3, weight_decay=0.01)
+    # the LoRA case also runs FSDP2's CPUOffloadPolicy (on a CPU mesh it places nothing elsewhere, but the
+    # offload code path — host-side optimizer step, compute_device — runs)
+    sharding.shard_agent(agent, group, offload=lora, lr=1e-3, weight_decay=0.01)
     out = {"params_full": before, "params_local": sharding.local_numel(agent.model.parameters())}
     out["metrics1"] = run_update(agent, 0, group)
     out["optim_local"] = sharding.optimizer_numel(agent.optimizer)
@@ -88,7 +90,7 @@ def _rank(rank, lora, init_file, out_dir):
     out["weights2"] = full_state(agent)
     # resume: a fresh agent, sharded, the checkpoint's shards put back, then the same second step
     resumed = make_agent(lora)
-    sharding.shard_agent(resumed, group, offload=False, lr=1e-3, weight_decay=0.01)
+    sharding.shard_agent(resumed, group, offload=lora, lr=1e-3, weight_decay=0.01)
     sharding.load_sharded(resumed, Path(ckpt), group)
     out["resumed_metrics2"] = run_update(resumed, 1, group)
     out["resumed_weights2"] = full_state(resumed)
@@ -103,7 +105,7 @@ def assert_same(a, b, what, atol=1e-12):
                                    msg=f"{what}: {k}")
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-offload"])
 def test_sharded_update_checkpoint_and_export(tmp_path, lora):
     if lora:
         pytest.importorskip("peft")

@@ -56,7 +56,8 @@ def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> Tensor:
     chunks (``hacrl.core.selected_logprobs``), never through a float32 log-softmax over every position."""
     from hacrl.core.logprobs import selected_logprobs
 
-    device = next(model.parameters()).device
+    # an FSDP model with offloaded shards computes elsewhere than its parameters live (hacrl.trainer.sharding)
+    device = getattr(model, "compute_device", None) or next(model.parameters()).device
     mask_BT = batch.answer_mask_BT.to(device)
     length = batch.input_ids_BL.shape[1]
     answer_positions = mask_BT.any(dim=0).nonzero()
@@ -164,7 +165,7 @@ class Agent:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return getattr(self.model, "compute_device", None) or next(self.model.parameters()).device
 
     @property
     def eos_id(self) -> int:

@@ -89,7 +89,7 @@ def grouped_logprobs(model: Any, batch: GroupedBatch) -> Tensor:
 
     from hacrl.core.logprobs import selected_logprobs
 
-    device = next(model.parameters()).device
+    device = getattr(model, "compute_device", None) or next(model.parameters()).device  # offloaded FSDP shards
     prompt_mask = batch.prompt_mask_UP.to(device)
     prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()

@@ -80,6 +80,8 @@ def shard_module(model: nn.Module, group: Any, device: torch.device, *, offload:
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, offload_policy=policy, reshard_after_forward=True)
     fully_shard(model, mesh=mesh, offload_policy=policy, reshard_after_forward=root_reshard)
+    if offload:  # the shards live in host memory; inputs go where the layers compute
+        model.compute_device = device
     for m in model.modules():
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)  # sum, not mean: each rank's loss is its share of the minibatch
