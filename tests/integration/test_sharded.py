@@ -28,6 +28,9 @@ def make_agent(lora: bool):
     spec = {"r": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": "all-linear"} if lora else None
     agent = load_agent("a", 0, tiny_agent_path("qwen2-char"), lora=spec)
     agent.model.double()
+    if not lora:  # the full-weight case trains with gradient checkpointing (the plain forward pass), the LoRA
+        # case without (the shared-prompt forward over a KV cache): both paths run sharded
+        agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora:  # B = 0 would make the first step's adapter gradient one-sided; give B values
         for name, p in agent.model.named_parameters():
             if "lora_B" in name:
