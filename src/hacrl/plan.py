@@ -297,8 +297,8 @@ def _candidates(s: Setting, max_world: int) -> list[Setting]:
         out = [replace(c, engine=r.engine, hf_rows=r.hf_rows, engine_util=r.engine_util, sleep=r.sleep)
                for r in rollout for c in [s, *out]]
     seen: list[Setting] = []
-    for c in out:
-        if c != s and c not in seen:
+    for c in out:  # (a sharded agent generates with the hf engine: see config.py)
+        if c != s and c not in seen and not (c.fsdp and c.engine != "hf"):
             seen.append(c)
     return seen
 
