@@ -125,7 +125,8 @@ def model_shape(spec: AgentSpec, overrides: dict[str, str] | None = None) -> Sha
     try:
         config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     except (KeyError, ValueError) as exc:
-        raise ConfigError(f"agents.{spec.id}: {path} is not a model config.json this transformers knows ({exc})") from None
+        raise ConfigError(f"agents.{spec.id}: {path} is not a model config.json this transformers knows "
+                          f"({exc})") from None
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -383,7 +384,8 @@ def render(plans: list[AgentPlan], *, device_memory_gib: float, title: str) -> s
 
 # ---- checking the estimate -----------------------------------------------------------------------------
 
-def measure_update_peak(agent: Any, rows: list[Any], *, micro_batch_size: int, kl_coef: float = 0.0) -> dict[str, float]:
+def measure_update_peak(agent: Any, rows: list[Any], *, micro_batch_size: int,
+                        kl_coef: float = 0.0) -> dict[str, float]:
     """Peak bytes of live CPU tensors during one optimizer step of ``agent`` on ``rows``, after a first
     step so that AdamW's moments exist (the steady state), to hold :func:`estimate` against. The profiler
     records the step's allocations; the weights, reference and optimizer state present before it are
@@ -443,7 +445,8 @@ def cmd_plan(args: Any) -> int:
     for item in args.model_config:
         key, sep, path = item.partition("=")
         if not sep or not key or not path:
-            raise ConfigError(f"--model-config {item!r}: expected ID=PATH, e.g. {cfg.agents[0].id}=models/x/config.json")
+            raise ConfigError(f"--model-config {item!r}: expected ID=PATH, e.g. "
+                              f"{cfg.agents[0].id}=models/x/config.json")
         configs[key] = path
     unknown = sorted(set(configs) - {a.id for a in cfg.agents} - {a.model for a in cfg.agents})
     if unknown:

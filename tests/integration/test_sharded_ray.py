@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow  # about a minute each on 2 shared cores (two Ray 
 # tested without Ray in test_sharded.py
 
 COMMON = ["trainer.steps=2", "trainer.eval_size=20", "trainer.threads=1", "backend.num_cpus_per_agent=0.5",
-          "backend.name=ray", "agents.qwen-char.data_parallel=2", "trainer.micro_batch_size=3"]  # 3 micro-batches of a minibatch: rank 1 pads
+          "backend.name=ray", "agents.qwen-char.data_parallel=2",
+          "trainer.micro_batch_size=3"]  # 3 micro-batches per minibatch: rank 1 runs a padding pass
 
 
 @pytest.fixture(scope="module", autouse=True)
