@@ -157,3 +157,17 @@ def test_sharded_update_checkpoint_and_export(tmp_path, lora):
     with torch.no_grad():
         torch.testing.assert_close(standalone(input_ids=ids).logits, plain_after1.model(input_ids=ids).logits,
                                    atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["agents.qwen-char.fsdp=true"], "set agents.qwen-char.data_parallel to 2 or more"),
+    (["agents.qwen-char.cpu_offload=true"], "set agents.qwen-char.fsdp=true"),
+    (["backend.name=ray", "agents.qwen-char.data_parallel=2", "agents.qwen-char.fsdp=true", "rollout.engine=vllm"],
+     "use rollout.engine=hf"),
+])
+def test_sharding_settings_are_checked_in_one_line(overrides, message):
+    from hacrl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny-test", overrides=overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)
