@@ -98,6 +98,7 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(f"rollout_engines: engine {name} failed:\n{done.stderr[-2000:]}")
         rows += json.loads(done.stdout.strip().splitlines()[-1])
+        print(json.dumps([r for r in rows if r["engine"] == name]), file=sys.stderr, flush=True)  # as they come
     print(f"{args.preset}: {args.prompts} prompts x G answers per agent, {args.threads} threads "
           f"(torch threads for hf, cores bound for vllm)")
     print(f"{'engine':<11} {'agent':<16} {'build s':>8} {'answers':>8} {'tokens':>7} {'wall s':>7} {'tok/s':>7} "

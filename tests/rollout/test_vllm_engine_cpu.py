@@ -173,6 +173,22 @@ def test_samples_stop_at_eos_and_same_seed_same_samples(engine_factory):
     assert ours == [s.token_ids for s in get_engine("hf").generate(agent, prompts, greedy)]
 
 
+def test_a_head_size_the_cpu_kernel_refuses_is_one_line_naming_the_agent(engine_factory, tmp_path):
+    from hacrl.errors import InputError
+
+    agent, engine = load_agent("b", 1, tiny_agent_path("llama-bpe")), engine_factory()  # head size 24
+    with pytest.raises(InputError) as exc:
+        engine.generate(agent, _prompts(agent, 2), SamplingParams(n=1, max_new_tokens=4))
+    assert str(exc.value).startswith("agents.b.model: head size 24 is not supported") and "\n" not in str(exc.value)
+    # the CLI: exit code 2, the same line, no traceback
+    cmd = [sys.executable, "-m", "hacrl.cli", "train", "--preset", "tiny-test", "--output", str(tmp_path / "r"),
+           "--set", "rollout.engine=vllm", "--set", "rollout.engine_options.enforce_eager=true"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "agents.llama-bpe.model: head size 24 is not supported" in done.stderr
+
+
 @pytest.mark.parametrize("backend", ["local", "ray"])
 def test_hacrl_train_runs_with_the_vllm_engine(tmp_path, backend):
     if backend == "ray" and importlib.util.find_spec("ray") is None:

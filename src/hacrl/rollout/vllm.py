@@ -151,6 +151,7 @@ class VLLMEngine:
         if self.sleep_mode and _sleep_pool_in_use():
             raise InputError(f"{OPTIONS}.enable_sleep_mode: vLLM allows one sleep-mode engine per process and "
                              f"agent {agent.id} would be the second; set it false, or use backend.name=ray")
+        _check_cpu_head_size(agent)
         if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":  # default: in this process
             self._remote.add(agent.id)
         self._tmp = self._tmp or tempfile.mkdtemp(prefix="hacrl-vllm-")
@@ -223,6 +224,25 @@ class VLLMEngine:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _check_cpu_head_size(agent: Any) -> None:
+    """vLLM's CPU attention kernel takes a few head sizes only; say so in one line instead of its traceback."""
+    try:
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        if not current_platform.is_cpu():
+            return
+        sizes = CPUAttentionBackend.get_supported_head_sizes()
+    except Exception:  # noqa: BLE001  (another vLLM layout: let vLLM's own check speak)
+        return
+    config = _base_model(agent.model).config
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if head not in sizes:
+        raise InputError(f"agents.{agent.id}.model: head size {head} is not supported by vLLM's CPU attention "
+                         f"kernel (supported: {', '.join(map(str, sizes))}); use rollout.engine=hf for this "
+                         "model, or a GPU build of vLLM")
 
 
 def _sleep_pool_in_use() -> bool:
