@@ -1,6 +1,7 @@
 """The ``vllm`` engine's CPU-side behaviour: lazy import, one-line input errors, no-op hooks before an
 engine exists, and the weights it would hand to vLLM (plain and LoRA-merged), checked against
-``transformers`` / ``peft``. The GPU behaviour is in ``tests/gpu/test_vllm.py``."""
+``transformers`` / ``peft``; the weight-sync message format. Without vLLM. The engine run for real on
+vLLM's CPU build is in ``test_vllm_engine_cpu.py`` (marker ``vllm_cpu``), on a GPU in ``tests/gpu/test_vllm.py``."""
 
 from __future__ import annotations
 
