@@ -121,8 +121,27 @@ class RayBackend:
             ready, _ = self._ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 i, rank = pending.pop(ref)
-                results[ref] = self._get(ref, self.ids[i], method, rank if len(refs[i]) > 1 else None)
+                try:
+                    results[ref] = self._get(ref, self.ids[i], method, rank if len(refs[i]) > 1 else None)
+                except AgentFailure:
+                    self._raise_first_failure(refs, ref, list(pending), method)
         return [_merge(method, [results[ref] for ref in rank_refs]) for rank_refs in refs]
+
+    def _raise_first_failure(self, refs: list[list[Any]], failed: Any, pending: list[Any], method: str) -> None:
+        """Report one failure in a stable order when several come together (a node lost, every actor's
+        failpoint): give the others 2 s to finish, then the first actor that *died*, in agent and rank
+        order, else the first that raised — a replica whose peer died fails too, in its collective."""
+        done, _ = self._ray.wait(pending, num_returns=len(pending), timeout=2.0) if pending else ([], [])
+        finished = {failed, *done}
+        failures: list[AgentFailure] = []
+        for i, rank_refs in enumerate(refs):
+            for rank, ref in enumerate(rank_refs):
+                if ref in finished:
+                    try:
+                        self._get(ref, self.ids[i], method, rank if len(rank_refs) > 1 else None)
+                    except AgentFailure as exc:
+                        failures.append(exc)
+        raise next((f for f in failures if getattr(f, "died", False)), failures[0])
 
     def _get(self, ref: Any, agent_id: str, method: str, rank: int | None = None) -> Any:
         exc_mod = self._ray.exceptions
@@ -139,7 +158,9 @@ class RayBackend:
             lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
             reason = lines[0] + (f" {lines[-1]}" if len(lines) > 1 else "")
             self._failed = True  # the other replicas may be stuck in a collective: close() kills them at once
-            raise AgentFailure(f"{who}: its Ray actor died during {method} ({reason[:400]})") from None
+            failure = AgentFailure(f"{who}: its Ray actor died during {method} ({reason[:400]})")
+            failure.died = True  # type: ignore[attr-defined]
+            raise failure from None
 
     def close(self) -> None:
         ray = self._ray
