@@ -147,6 +147,8 @@ class TrainerConfig(_Section):
                                         "and its answers on its KV cache (same log-probs, less compute)")
     eval_every: int = Field(0, ge=0, description="evaluate every E steps (0: only before and after)")
     eval_size: int = Field(500, ge=1, description="held-out problems per evaluation")
+    eval_k: int = Field(0, ge=0, description="also sample k answers per held-out problem of the task at the rollout "
+                        "temperature and top-p: avg@k and pass@k in eval.jsonl (0: greedy only)")
     eval_benchmarks: dict[str, str] = Field(
         default_factory=dict, description="also evaluate on benchmark files, NAME: PATH (e.g. math500: data/m.jsonl), "
         "with the paper's prompt and the math reward; eval_size problems of each")

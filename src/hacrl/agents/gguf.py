@@ -28,6 +28,7 @@ Run: ``python -m hacrl.agents.gguf`` converts (or finds) SmolLM2 and prints the 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -177,10 +178,17 @@ SFT_TASK = ("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1
                                  "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False})
 SFT_SEED = 10_000_000  # reasoning-gym item seeds far from any run's train/test seeds (run.seed + i)
 SFT_RECIPE = {"examples": 64, "epochs": 1, "batch_size": 8, "lr": 1e-3, "r": 8, "alpha": 16.0, "seed": 0}
+# gentler copies, nearer the shipped model token by token (docs/results.md measures how near):
+# ``-light`` takes the same 8 steps at a fifth of the learning rate, ``-short`` 2 steps at the same one
+SFT_RECIPES: dict[str, dict[str, Any]] = {
+    SMOLLM2_SFT: SFT_RECIPE,
+    f"{SMOLLM2_SFT}-light": {**SFT_RECIPE, "lr": 2e-4},
+    f"{SMOLLM2_SFT}-short": {**SFT_RECIPE, "examples": 16},
+}
 
 
-def _smollm2_sft() -> Path:
-    out = cache_dir() / SMOLLM2_SFT
+def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
+    out = cache_dir() / name
     if (out / _MARKER).is_file():
         return out
     import torch
@@ -190,16 +198,16 @@ def _smollm2_sft() -> Path:
     from hacrl.data.datasets import PAPER_TEMPLATE
     from hacrl.data.rows import require_extra as _require
 
-    rg = _require("reasoning_gym", "gym", f"builtin:{SMOLLM2_SFT}")
-    start, r = time.perf_counter(), SFT_RECIPE
-    name, options = SFT_TASK
-    items = rg.create_dataset(name, seed=SFT_SEED, size=r["examples"], **options)
+    rg = _require("reasoning_gym", "gym", f"builtin:{name}")
+    start, r = time.perf_counter(), SFT_RECIPES[name]
+    task, options = SFT_TASK
+    items = rg.create_dataset(task, seed=SFT_SEED, size=r["examples"], **options)
     pairs = [(PAPER_TEMPLATE.replace("{question}", it["question"]),
               f"{it['metadata']['expression']} = {it['answer']}. The answer is \\boxed{{{it['answer']}}}.")
              for it in items]
     base = _smollm2()
     logger.info("making %s: a supervised pass over %d %s answers (once; later runs reuse it)",
-                SMOLLM2_SFT, len(pairs), name)
+                out.name, len(pairs), task)
     with torch.random.fork_rng(devices=[]):  # a first-use run must not differ from later ones: keep its RNG
         torch.manual_seed(r["seed"])
         agent = load_agent("sft", 0, base, lora={"r": r["r"], "alpha": r["alpha"], "dropout": 0.0,
@@ -207,14 +215,15 @@ def _smollm2_sft() -> Path:
         losses = finetune_lora(agent, pairs, epochs=r["epochs"], batch_size=r["batch_size"], lr=r["lr"],
                                seed=r["seed"])
     model = agent.model.merge_and_unload()
-    _save_atomically(model, agent.tokenizer, out, {"base": SMOLLM2, "task": name, "options": options,
+    _save_atomically(model, agent.tokenizer, out, {"base": SMOLLM2, "task": task, "options": options,
                                                    "item_seed": SFT_SEED, **r, "losses": losses})
-    logger.info("made %s in %.1f s (loss %.3f -> %.3f)", SMOLLM2_SFT, time.perf_counter() - start,
+    logger.info("made %s in %.1f s (loss %.3f -> %.3f)", out.name, time.perf_counter() - start,
                 losses[0], losses[-1])
     return out
 
 
-PRETRAINED: dict[str, Callable[[], Path]] = {SMOLLM2: _smollm2, SMOLLM2_SFT: _smollm2_sft}
+PRETRAINED: dict[str, Callable[[], Path]] = {
+    SMOLLM2: _smollm2, **{name: functools.partial(_smollm2_sft, name) for name in SFT_RECIPES}}
 
 
 def pretrained_path(name: str) -> Path:

@@ -249,8 +249,9 @@ class Trainer:
         if r.old_logprobs != "auto":
             return r.old_logprobs == "recompute"
         # the hf engine's log-probs are π_old exactly only at T=1, top-p 1 and full precision: under
-        # autocast, decoding and the training pass may run different low-precision kernels
-        mixed = any(a.autocast for a in self.cfg.agents)
+        # autocast or with low-precision weights, decoding and the training pass run different kernels, and
+        # a rounding gap of 1e-3 in the sequence ratio already exceeds GSPO's clip radii (3e-4 / 4e-4)
+        mixed = any(a.autocast or a.dtype != "float32" for a in self.cfg.agents)
         return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0 and not mixed)
 
     def _score(self, problems: list[Problem], rollouts: list[list[Rollout]]) -> tuple[TrajectoryPool, dict]:
@@ -359,15 +360,24 @@ class Trainer:
         suites += [(name, problems, _benchmark_score(scorer)) for name, (problems, scorer) in self.benchmarks.items()]
         answers = [self.backend.call("generate_texts", [([p.prompt for p in problems], params)] * len(self.agent_ids))
                    for _, problems, _ in suites]
+        k, r = self.cfg.trainer.eval_k, self.cfg.rollout
+        sampled = self.backend.call("generate_texts", [([p.prompt for p in self.eval_problems], SamplingParams(
+            n=k, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens))] * len(self.agent_ids)) \
+            if k > 0 else [None] * len(self.agent_ids)
         out: dict[str, float] = {}
         with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as f:
             for i, agent_id in enumerate(self.agent_ids):
-                for (name, problems, score), per_agent in zip(suites, answers, strict=True):
-                    res: EvalResult = score_answers(agent_id, problems, per_agent[i], score)
+                for s, ((name, problems, score), per_agent) in enumerate(zip(suites, answers, strict=True)):
+                    task_k = k if s == 0 else 0  # sampled answers: the task's held-out split only
+                    res: EvalResult = score_answers(agent_id, problems, per_agent[i], score,
+                                                    sampled=sampled[i] if task_k else None, k=task_k)
                     where = {"task": self.task.name} if name is None else {"benchmark": name}
                     f.write(json.dumps({"step": self.step_idx, **where, **res.as_dict()}) + "\n")
-                    key = f"eval/{agent_id}/greedy_acc" if name is None else f"eval/{agent_id}/{name}/greedy_acc"
-                    out[key] = res.greedy_acc
+                    prefix = f"eval/{agent_id}" if name is None else f"eval/{agent_id}/{name}"
+                    out[f"{prefix}/greedy_acc"] = res.greedy_acc
+                    if res.sampled_avg is not None:
+                        out[f"{prefix}/sampled_avg@{k}"] = res.sampled_avg
+                        out[f"{prefix}/sampled_pass@{k}"] = res.sampled_pass
         return out
 
     def save_checkpoint(self) -> Path:
