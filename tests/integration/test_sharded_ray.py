@@ -46,10 +46,13 @@ def test_a_sharded_agent_trains_like_replicas_checkpoints_and_resumes(tmp_path):
 
     _, plain, plain_digests, _ = two_steps(tmp_path / "replicas")
     cfg, sharded, digests, path = two_steps(tmp_path / "sharded", "agents.qwen-char.fsdp=true")
-    for a, b in zip(plain, sharded, strict=True):
+    # float32: the sharded sum adds the ranks' gradients micro-batch by micro-batch, the replicas after
+    # accumulating, so the weights differ by rounding after step 1 and AdamW (which normalises tiny
+    # gradients) carries that into step 2's losses at ~1e-4; float64 equality is test_sharded.py's
+    for step, (a, b) in enumerate(zip(plain, sharded, strict=True)):
         for key, value in a.items():
             if key.startswith("agent/") and "busy" not in key and isinstance(value, float):
-                assert b[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+                assert b[key] == pytest.approx(value, rel=1e-4 if step == 0 else 2e-3, abs=1e-5), key
     assert digests[0] == digests[1]  # the gathered weights agree on both ranks
     agent_dir = path / "agents" / "qwen-char"
     assert (agent_dir / "sharded" / ".metadata").is_file()
