@@ -21,8 +21,9 @@ Departures from a textbook FSDP loop, each forced by how hacrl trains:
   each rank, so it cannot issue per-layer collectives. :func:`gather_full` all-gathers every unit once
   (each rank then holds the full weights, as ``summon_full_params`` would) and generation runs with no
   collective at all; the worker gathers when it wakes its engine (before rollout and evaluation, and
-  after the update, where the ``vllm`` engine's weight push then reads whole tensors) and reshards with
-  :func:`reshard_full` before training and saving.
+  after the update) and reshards with :func:`reshard_full` before training and saving. Only the ``hf``
+  engine is allowed with ``fsdp`` (config.py): the ``vllm`` engine's weight push reads ``state_dict()``,
+  which FSDP2 answers with shards (and reshards the module); it would need the gathered full state dict.
 - Checkpoints: :func:`save_sharded` writes model, optimizer and reference shards with
   ``torch.distributed.checkpoint`` (``sharded/``, every rank its part) and :func:`export_pretrained`
   gathers the weights on rank 0 into an ordinary Hugging Face checkpoint beside it (LoRA: adapter plus
