@@ -11,10 +11,10 @@ shipped model has 24) is built here, so a pair with two architectures and two to
 
 Log-prob tolerances (the engine's sampling log-probs against the training forward pass on the same
 weights; measured on this machine, see docs/distributed.md): in float32 both sides compute the same
-arithmetic in a different order, ~1e-6 mean and ~1e-5 worst per token, held at 1e-4 / 1e-3. In
-bfloat16 (weights and activations rounded to 8 mantissa bits on both sides, in different kernels) the
-gap is ~1e-2 mean and ~0.1 worst on these models, held at 5e-2 / 0.5. A weight-sync bug moves
-log-probs by far more (the sync test checks that the change it makes is over 100× the float32 tolerance).
+arithmetic in a different order, 4e-7 mean and 3e-6 worst per token, held at 1e-4 / 1e-3. In bfloat16
+(weights and activations rounded to 8 mantissa bits on both sides, in different kernels) the gap is
+2e-3–4e-3 mean and 5e-2 worst, held at 5e-2 / 0.5. A weight-sync bug moves log-probs by far more (the
+sync test checks that the change it makes is over 100× the float32 tolerance).
 """
 
 from __future__ import annotations
