@@ -8,7 +8,11 @@ everywhere (the preset's); only precision, reference and process layout differ:
 
 - ``today``: the settings this preset had before (float32 weights, one process, 2 torch threads);
 - ``new``: the preset as it is now (see its YAML);
-- ``new-gspo2x``: the new settings with GSPO×2 (twice the rollouts, as many updates), for HACPO / GSPO×2.
+- ``new-gspo2x``: the new settings with GSPO×2 (twice the rollouts, as many updates), for HACPO / GSPO×2;
+- ``bf16``, ``ray``, ``bf16-ray``: options beside the defaults (bfloat16 base weights under the float32
+  LoRA adapters; the two agents as Ray actors with one core each, at the same time).
+
+Always on, in every setting: lean log-probs and the reference on own answers only (code, not settings).
 
 FLOPs are counted once per setting with ``torch.utils.flop_counter`` over one extra local-backend step
 (matmuls and attention: every forward, backward and decoding step, whatever process layout the timed
@@ -37,10 +41,14 @@ from pathlib import Path
 # earlier defaults, as overrides of the current preset (each agent of the preset gets the per-agent ones)
 SETTINGS: dict[str, tuple[list[str], list[str]]] = {
     # (run-wide overrides, per-agent overrides "<field>=<value>")
-    "today": (["backend.name=local", "trainer.threads=2", "rollout.old_logprobs=auto"],
-              ["dtype=float32", "autocast=null"]),
+    "today": (["backend.name=local", "trainer.threads=2", "rollout.old_logprobs=auto",
+               "rollout.engine_options.merge_lora=false"], ["dtype=float32", "autocast=null"]),
     "new": ([], []),
     "new-gspo2x": (["algorithm.name=gspo2x"], []),
+    # options measured beside the defaults
+    "bf16": ([], ["dtype=bfloat16"]),  # LoRA: bf16 base weights, float32 adapters and AdamW
+    "ray": (["backend.name=ray", "backend.num_cpus_per_agent=1"], []),  # the agents at the same time
+    "bf16-ray": (["backend.name=ray", "backend.num_cpus_per_agent=1"], ["dtype=bfloat16"]),
 }
 PHASES = ("rollout", "old_logprobs", "forward", "reference", "backward", "optimizer", "update", "reward")
 
@@ -199,6 +207,8 @@ def main() -> None:
                   f"peak RSS {med[a]['peak_rss_mb'] / med[b]['peak_rss_mb']:.2f}x")
 
     ratio("new", "today", "new / today step time")
+    for opt in ("bf16", "ray", "bf16-ray"):
+        ratio(opt, "today", f"{opt} / today step time")
     ratio("new", "new-gspo2x", "hacpo / gspo2x step time (new settings)")
 
 

@@ -138,7 +138,9 @@ def run_comparison(
     command = command or default_command(preset, config_path, algos, seed_list, overrides, output_dir)
 
     # every run directory is checked (config, step count) before anything trains
-    plans = [plan_run(cfg, output_dir / "runs" / algo / f"seed-{s}") for (algo, s), cfg in configs.items()]
+    # seed-major: a comparison stopped part-way leaves whole seeds (every algorithm, paired), not whole algorithms
+    order = sorted(configs, key=lambda k: (seed_list.index(k[1]), algos.index(k[0])))
+    plans = [plan_run(configs[algo, s], output_dir / "runs" / algo / f"seed-{s}") for algo, s in order]
     counts = {a: sum(p.action == a for p in plans) for a in ("reuse", "resume", "restart", "train")}
     log(f"hacrl: comparing {', '.join(algos)} over {len(seed_list)} seed{'s' if len(seed_list) != 1 else ''} "
         f"in {output_dir}: {len(plans)} runs ({', '.join(f'{n} to {a}' for a, n in counts.items() if n)})")
