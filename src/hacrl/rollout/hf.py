@@ -19,10 +19,11 @@ Two samplers give the same tokens from the same random state (a test holds them 
 
 A LoRA agent (peft) decodes through a *merged copy* (``merge_lora``, default on): a plain model whose
 linear weights are W + s·B·A, refreshed from the adapter before every call. Decoding a few rows at a
-time is bound by per-call overhead, and a LoRA linear layer makes three matmul calls (W, A, B) where the
-merged one makes one: decoding SmolLM2-135M ran about twice as fast (bench/real_step.py). It costs one
-copy of the base weights in memory; the copy is the same function as the adapter model up to float
-rounding of the merge (log-probs agree to ~1e-6 in float32; a test holds it).
+time a LoRA linear layer makes three matmul calls (W, A, B) where the merged one makes one: the
+``smollm2-state`` rollout took 11.6 s instead of 14.1 (``bench/real_step.py``, docs/real-models.md). It
+costs one copy of the base weights in memory; the copy is the same function as the adapter model up to
+float rounding of the merge (sampled answers' log-probs agree with the training pass to 1e-5 in float32;
+a test holds it).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ class MergedLoRA:
 
         from peft.tuners.lora import LoraLayer
 
-        self.source = peft_model
         self.model = copy.deepcopy(peft_model).merge_and_unload().eval().requires_grad_(False)
         prefix = "base_model.model."
         self.pairs = [(layer, self.model.get_submodule(name.removeprefix(prefix)))
@@ -55,7 +55,7 @@ class MergedLoRA:
             weight = layer.get_base_layer().weight
             delta = sum((layer.get_delta_weight(a) for a in layer.active_adapters if a in layer.lora_A),
                         torch.zeros((), dtype=torch.float32, device=weight.device))
-            target.weight.copy_(weight.float() + delta.float() if weight.dtype != torch.float32 else weight + delta)
+            target.weight.copy_(weight.float() + delta.float())  # one rounding, into the copy's dtype
 
 
 @ENGINES.register("hf")
@@ -83,9 +83,9 @@ class HFEngine:
 
     def decoding_model(self, agent: Any) -> Any:
         """The model to decode with: the agent's own, or for a LoRA agent its refreshed merged copy."""
-        from hacrl.agents.lora import is_lora
-
         from torch.distributed.fsdp import FSDPModule
+
+        from hacrl.agents.lora import is_lora
 
         if not (self.merge_lora and is_lora(agent.model)) or isinstance(agent.model, FSDPModule):
             return agent.model
