@@ -248,8 +248,8 @@ def _forward(agent: Agent, micro: list[ViewRow], shared: bool, ref_rows: list[bo
 @torch.no_grad()
 def _reference_logprobs(agent: Agent, prompts: list[list[int]], answers: list[list[int]], rows: list[bool],
                         shared: bool, shape: torch.Size) -> Tensor:
-    """The reference's answer log-probs of the marked rows, placed in a [B, ·] tensor of ``shape``: rows
-    are right-aligned at column 0 in both layouts, so a sub-batch's columns are the full batch's first."""
+    """The reference's answer log-probs of the marked rows, placed in a [B, ·] tensor of ``shape``: in both
+    layouts every row starts at column 0, so a sub-batch's columns are the full batch's first ones."""
     idx = [i for i, keep in enumerate(rows) if keep]
     sub_p, sub_a = [prompts[i] for i in idx], [answers[i] for i in idx]
     if shared:
