@@ -295,8 +295,8 @@ def _candidates(s: Setting, max_world: int) -> list[Setting]:
     if s.engine == "hf":  # generation: fewer rows per call, or vLLM sleeping through the update
         rollout = [replace(s, hf_rows=r) for r in (64, 16, 4) if r < s.hf_rows]
         rollout += [replace(s, engine="vllm", engine_util=u, sleep=True) for u in (0.3, 0.5)]
-        out = [replace(c, engine=r.engine, hf_rows=r.hf_rows, engine_util=r.engine_util, sleep=r.sleep)
-               for r in rollout for c in [s, *out]]
+        out += [replace(c, engine=r.engine, hf_rows=r.hf_rows, engine_util=r.engine_util, sleep=r.sleep)
+                for r in rollout for c in [s, *out]]  # training-only changes stay candidates too
     seen: list[Setting] = []
     for c in out:  # (a sharded agent generates with the hf engine: see config.py)
         if c != s and c not in seen and not (c.fsdp and c.engine != "hf"):
@@ -369,11 +369,14 @@ def render(plans: list[AgentPlan], *, device_memory_gib: float, title: str) -> s
     lines.append("")
     for p in plans:
         lines.append(f"{p.spec.id}: shapes from {p.shape.source}")
+    if any(p.inputs.prompt == p.spec.max_prompt_tokens for p in plans):
+        lines.append("prompts counted at max_prompt_tokens, an upper bound: pass --prompt-tokens N (your data's "
+                     "longest rendered prompt) for a closer estimate")
     for p in plans:
         peak = max(p.est["train_peak"], p.est["rollout_peak"])
         if peak <= device_bytes:
             continue
-        lines.append(f"{p.spec.id} overflows {device_memory_gib:g} GiB by {(peak - device_bytes) / GiB:.1f} GiB; "
+        lines.append(f"{p.spec.id} overflows {device_memory_gib:.1f} GiB by {(peak - device_bytes) / GiB:.1f} GiB; "
                      + ("it fits with:" if p.fixes else "no single setting here makes it fit"))
         for label, est in p.fixes:
             lines.append(f"  --set {label.replace(' ', ' --set ')}   (training {est['train_peak'] / GiB:.1f}, "

@@ -54,7 +54,7 @@ def test_paper_presets_plan_from_built_in_shapes_and_say_what_fits(capsys):
     assert main(["plan", "--preset", "paper-size-qwen3-1.7b-4b"]) == 0
     out = capsys.readouterr().out
     assert "built-in shapes of qwen3-4b-base" in out
-    assert "qwen3-4b-base overflows 80 GiB" in out
+    assert "qwen3-4b-base overflows 80.0 GiB" in out
     assert "--set agents.qwen3-4b-base.fsdp=true" in out
     sharded = ["--set", "agents.qwen3-4b-base.fsdp=true", "--set", "agents.qwen3-4b-base.data_parallel=4",
                "--set", "backend.name=ray", "--set", "rollout.engine_options.batch_size=16"]
