@@ -76,14 +76,10 @@ def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> Tensor:
 
 def accepts_logits_to_keep(model: Any) -> bool:
     """Whether ``model``'s forward takes ``logits_to_keep`` (Hugging Face causal LMs since 4.50)."""
-    import inspect
+    from hacrl.agents.shared_prompt import forward_parameters
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    forward = getattr(type(base), "forward", None)
-    try:
-        return forward is not None and "logits_to_keep" in inspect.signature(forward).parameters
-    except (TypeError, ValueError):
-        return False
+    return "logits_to_keep" in forward_parameters(type(base))
 
 
 class Agent:

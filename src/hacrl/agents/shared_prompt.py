@@ -14,6 +14,7 @@ gradient checkpointing is off (the two do not combine in ``transformers``); othe
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -70,12 +71,18 @@ def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
     """The keyword that hands a KV cache to ``model``'s forward: ``cache`` in newer ``transformers``,
     ``past_key_values`` before (deprecated since 5.x)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "model", model)
-    forward = getattr(type(base), "forward", None)
+    return {"cache": cache} if "cache" in forward_parameters(type(base)) else {"past_key_values": cache}
+
+
+@functools.lru_cache(maxsize=None)
+def forward_parameters(cls: type) -> frozenset[str]:
+    """The keyword names of ``cls.forward`` (empty when it has none or no readable signature), read once
+    per class: the training passes ask on every forward."""
+    forward = getattr(cls, "forward", None)
     try:
-        names = inspect.signature(forward).parameters if forward is not None else {}
+        return frozenset(inspect.signature(forward).parameters) if forward is not None else frozenset()
     except (TypeError, ValueError):
-        names = {}
-    return {"cache": cache} if "cache" in names else {"past_key_values": cache}
+        return frozenset()
 
 
 def output_cache(out: Any) -> Any:
