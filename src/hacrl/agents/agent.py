@@ -226,13 +226,6 @@ class Agent:
     def batch(self, prompts: list[list[int]], answers: list[list[int]]) -> TokenBatch:
         return pad_batch(prompts, answers, int(self.tokenizer.pad_token_id))
 
-    @torch.no_grad()
-    def reference_logprobs(self, batch: TokenBatch) -> Tensor:
-        if self.ref_model is None:
-            raise RuntimeError(f"agent {self.id} has no reference model")
-        with self.autocast():
-            return token_logprobs(self.ref_model, batch)
-
     # ---- persistence --------------------------------------------------------------------------
     def save(self, path: Path, *, with_optimizer: bool = True) -> None:
         """Weights + tokenizer (+ optimizer, + reference). A LoRA agent saves its adapter and a merged,
