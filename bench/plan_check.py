@@ -20,7 +20,7 @@ from hacrl import plan
 from hacrl.agents.agent import load_agent
 from hacrl.backends.worker import resolve_model_path
 from hacrl.config import load_config
-from hacrl.trainer.learner import ViewRow
+from hacrl.learner.update import ViewRow
 
 
 def main() -> None:

@@ -175,11 +175,10 @@ def main() -> None:
             runs[s].append(run(args, s))
     med = {s: sorted(rs, key=lambda r: r["wall"])[len(rs) // 2] for s, rs in runs.items()}
     flops = {} if args.no_flops else {s: run(args, s, count_flops=True)["flops"] for s in settings}
-    from hacrl.config import load_config
-
     from transformers import AutoConfig
 
     from hacrl.backends.worker import resolve_model_path
+    from hacrl.config import load_config
 
     width = AutoConfig.from_pretrained(resolve_model_path(load_config(args.preset).agents[0].model)).hidden_size
     rates = matmul_rates(width, args.threads)

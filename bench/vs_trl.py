@@ -153,8 +153,8 @@ def run_hacrl(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from hacrl.config import load_config
+    from hacrl.learner import update as learner
     from hacrl.rollout import hf as hf_engine
-    from hacrl.trainer import learner
     from hacrl.trainer.trainer import Trainer, phase_times
 
     _common_setup(a.threads)

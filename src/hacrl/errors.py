@@ -8,3 +8,7 @@ class InputError(ValueError):
 class TrainingDiverged(InputError):
     """A loss, gradient, weight or log-probability became non-finite; the message names the agent, the step
     and the phase (rollout, update or eval). Usually a learning rate that is too high: a config fix."""
+
+
+class DamagedCheckpoint(InputError):
+    """A checkpoint file that cannot be read; the message names the file."""

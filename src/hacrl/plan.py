@@ -117,7 +117,7 @@ def model_shape(spec: AgentSpec, overrides: dict[str, str] | None = None) -> Sha
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from hacrl.trainer.sharding import decoder_layers
+    from hacrl.learner.sharding import decoder_layers
 
     path, source = _config_file(spec, overrides or {})
     raw = json.loads(path.read_text())
@@ -233,7 +233,7 @@ class AgentPlan:
 
 
 def _inputs(cfg: Config, spec: AgentSpec, prompt_tokens: int | None) -> PlanInputs:
-    from hacrl.trainer.algorithms import ALGORITHMS
+    from hacrl.learner.algorithms import ALGORITHMS
 
     try:
         multiplier = int(getattr(ALGORITHMS.get(cfg.algorithm.name), "rollout_multiplier", 1))
@@ -395,9 +395,9 @@ def measure_update_peak(agent: Any, rows: list[Any], *, micro_batch_size: int,
     added. Returns ``peak`` and ``resident`` in bytes."""
     from torch.profiler import ProfilerActivity, profile
 
-    from hacrl.trainer.algorithms import ALGORITHMS
-    from hacrl.trainer.learner import LossSettings, update_learner
-    from hacrl.trainer.sharding import optimizer_numel
+    from hacrl.learner.algorithms import ALGORITHMS
+    from hacrl.learner.sharding import optimizer_numel
+    from hacrl.learner.update import LossSettings, update_learner
 
     settings = LossSettings(0.2, 0.28, 1.0, 0.2, 0.025, 10.0, kl_coef)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hacrl.config import default_minibatch, derive, load_config, preset_names
-from hacrl.trainer.algorithms import ALGORITHMS
+from hacrl.learner.algorithms import ALGORITHMS
 
 
 def derived(preset, algo):

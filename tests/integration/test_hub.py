@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hacrl.agents.hub import hub_dataset_rows, is_hub_name, resolve_hub_model
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.backends.worker import resolve_model_path
+from hacrl.data.hub import hub_dataset_rows, is_hub_name, resolve_hub_model
 from hacrl.errors import InputError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -11,7 +11,7 @@ from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.cli import main
 from hacrl.config import load_config
-from hacrl.trainer.learner import ViewRow
+from hacrl.learner.update import ViewRow
 
 PROMPT, ANSWER, ROWS = 48, 80, 16
 

@@ -9,7 +9,7 @@ import torch
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.core import hacpo_loss
-from hacrl.trainer.learner import ViewRow, _forward
+from hacrl.learner.update import ViewRow, _forward
 
 
 @pytest.mark.parametrize("shared", [True, False])

@@ -14,9 +14,9 @@ import torch.multiprocessing as mp
 
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
-from hacrl.trainer import sharding
-from hacrl.trainer.algorithms import ALGORITHMS
-from hacrl.trainer.learner import LossSettings, ViewRow, update_learner
+from hacrl.learner import sharding
+from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.update import LossSettings, ViewRow, update_learner
 
 WORLD = 2
 SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025,

@@ -56,7 +56,7 @@ def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> Tensor:
     chunks (``hacrl.core.selected_logprobs``), never through a float32 log-softmax over every position."""
     from hacrl.core.logprobs import selected_logprobs
 
-    # an FSDP model with offloaded shards computes elsewhere than its parameters live (hacrl.trainer.sharding)
+    # an FSDP model with offloaded shards computes elsewhere than its parameters live (hacrl.learner.sharding)
     device = getattr(model, "compute_device", None) or next(model.parameters()).device
     mask_BT = batch.answer_mask_BT.to(device)
     length = batch.input_ids_BL.shape[1]

@@ -38,7 +38,13 @@ from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+)
 
 from hacrl.data.tasks import TASKS, Problem, Task
 

@@ -35,14 +35,13 @@ import torch
 
 from hacrl.agents.agent import DTYPES, Agent, load_agent, token_logprobs
 from hacrl.config import Config, ConfigError
-from hacrl.errors import InputError, TrainingDiverged
+from hacrl.errors import DamagedCheckpoint, InputError, TrainingDiverged
 from hacrl.failpoints import failpoint
+from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.update import LossSettings, assign_advantages, build_view, minibatches, update_learner
 from hacrl.pool import TrajectoryPool
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.rollout.base import Sample
-from hacrl.trainer.algorithms import ALGORITHMS
-from hacrl.trainer.checkpoint import DamagedCheckpoint
-from hacrl.trainer.learner import LossSettings, assign_advantages, build_view, minibatches, update_learner
 
 RNG_FILE = "rng.pt"
 
@@ -61,7 +60,7 @@ class Rollout:
 def resolve_model_path(spec: str, field: str = "model") -> Path:
     """``builtin:<name>`` → a pretrained model converted from a package's GGUF file (cached on first use,
     see ``hacrl.agents.gguf``) or a tiny agent shipped in the package; a local path that exists is that
-    path; ``org/name[@revision]`` otherwise is a model in the Hugging Face cache (``hacrl.agents.hub``,
+    path; ``org/name[@revision]`` otherwise is a model in the Hugging Face cache (``hacrl.data.hub``,
     never downloaded); anything else is a directory (checked when it loads)."""
     if spec.startswith("builtin:"):
         from hacrl.agents.gguf import PRETRAINED, pretrained_path
@@ -71,7 +70,7 @@ def resolve_model_path(spec: str, field: str = "model") -> Path:
         return pretrained_path(name) if name in PRETRAINED else tiny_agent_path(name)
     path = Path(spec).expanduser()
     if not path.exists():
-        from hacrl.agents.hub import is_hub_name, resolve_hub_model
+        from hacrl.data.hub import is_hub_name, resolve_hub_model
 
         if is_hub_name(spec):
             return resolve_hub_model(spec, field=field)
@@ -213,7 +212,7 @@ class AgentWorker:
         dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world)
         self.dp_group = dist.group.WORLD
         if self.spec.fsdp:  # shard now that the group exists; a sharded checkpoint's shards go back in
-            from hacrl.trainer import sharding
+            from hacrl.learner import sharding
 
             sharding.shard_agent(self.agent, self.dp_group, offload=self.spec.cpu_offload, lr=self.spec.lr,
                                  weight_decay=self.spec.weight_decay)
@@ -389,7 +388,7 @@ class AgentWorker:
         rank 0 writes the replica, every rank its stream; sharded: every rank its shards, rank 0 the
         gathered Hugging Face export)."""
         if self.spec.fsdp:
-            from hacrl.trainer import sharding
+            from hacrl.learner import sharding
 
             sharding.reshard_full(self.agent.model)
             path.mkdir(parents=True, exist_ok=True)
@@ -405,7 +404,7 @@ class AgentWorker:
         """A hash of the trainable weights (replicas of one agent must agree)."""
         import hashlib
 
-        from hacrl.trainer.sharding import gather_full
+        from hacrl.learner.sharding import gather_full
 
         h = hashlib.sha256()
         gather_full(self.agent.model)  # sharded: the full weights (every rank calls it)
@@ -422,7 +421,7 @@ class AgentWorker:
 
     # ---- engines that hold device memory of their own ----------------------------------------------
     def _sleep_engine_for_training(self) -> None:
-        from hacrl.trainer.sharding import reshard_full
+        from hacrl.learner.sharding import reshard_full
 
         reshard_full(self.agent.model)  # sharded: back to 1/W of the weights for the update
         sleep = getattr(self.engine, "sleep", None)
@@ -433,7 +432,7 @@ class AgentWorker:
         """Before generating: a sharded agent gathers its full weights (``sharding.gather_full``; every rank
         does it at the same point), so ranks generate different prompts without collectives and an
         engine with weights of its own receives whole tensors."""
-        from hacrl.trainer.sharding import gather_full
+        from hacrl.learner.sharding import gather_full
 
         gather_full(self.agent.model)
         wake = getattr(self.engine, "wake_up", None)

@@ -80,10 +80,10 @@ def iter_rows(path: str | Path, *, split: str | None = None,
     """
     p = Path(path)
     if not p.exists():
-        from hacrl.agents.hub import is_hub_name, split_dataset_spec
+        from hacrl.data.hub import is_hub_name, split_dataset_spec
 
         if is_hub_name(split_dataset_spec(str(path))[0]):  # org/name[@rev][:split] in the Hub cache
-            from hacrl.agents.hub import hub_dataset_rows
+            from hacrl.data.hub import hub_dataset_rows
 
             yield from hub_dataset_rows(str(path), split)
             return

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.config import Config, ConfigError, derive, load_config
+from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.report.plots import write_plots
 from hacrl.report.render import render_report
 from hacrl.report.runs import execute_run, outputs_data, plan_run
 from hacrl.report.summary import summarize
-from hacrl.trainer.algorithms import ALGORITHMS
 
 # ---- argument checks --------------------------------------------------------------------------------
 

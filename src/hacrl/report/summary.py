@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from hacrl.config import Config
+from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import mean_sd, paired_difference
-from hacrl.trainer.algorithms import ALGORITHMS
 
 BASELINES = ("gspo", "gspo2x")  # the report's Δ columns, for those present in the comparison
 

@@ -1,5 +1,1 @@
-"""The training loop (named phases), algorithms registry, evaluation and checkpoints."""
-
-from hacrl.trainer.algorithms import ALGORITHMS, Algorithm
-
-__all__ = ["ALGORITHMS", "Algorithm"]
+"""The driver: the step as named phases, rewards, pool, evaluation, checkpoints, run directories, metrics."""

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hacrl.errors import InputError
+from hacrl.errors import DamagedCheckpoint
 from hacrl.failpoints import failpoint
 
 MANIFEST = "manifest.json"
@@ -102,10 +102,6 @@ def complete_checkpoints(ckpt_root: Path) -> list[Path]:
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
     found = complete_checkpoints(ckpt_root)
     return found[-1] if found else None
-
-
-class DamagedCheckpoint(InputError):
-    """A checkpoint file that cannot be read; the message names the file."""
 
 
 def read_manifest(ckpt: Path) -> dict[str, Any]:

@@ -35,15 +35,15 @@ from hacrl.config import Config, ConfigError, derive, dump_config
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task
 from hacrl.errors import InputError
+from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.pool import TrajectoryPool
-from hacrl.report.sinks import MultiSink, NullSink
-from hacrl.report.trackers import make_sinks, resolve_loggers
 from hacrl.rewards import RewardScorer, ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
-from hacrl.trainer.algorithms import ALGORITHMS
 from hacrl.trainer.evaluation import EvalResult, score_answers
+from hacrl.trainer.sinks import MultiSink, NullSink
+from hacrl.trainer.trackers import make_sinks, resolve_loggers
 from hacrl.types import Problem, Trajectory
 
 __all__ = ["AgentFailure", "Trainer", "phase_times", "resolve_model_path"]

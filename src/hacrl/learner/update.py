@@ -23,9 +23,9 @@ from torch import Tensor
 from hacrl.agents.agent import Agent, token_logprobs
 from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_shared_prompt
 from hacrl.core import POLICY_LOSSES, group_advantages, hacpo_advantages, stepwise_lower_bound
+from hacrl.learner.algorithms import Algorithm
+from hacrl.learner.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
 from hacrl.pool import TrajectoryPool
-from hacrl.trainer.algorithms import Algorithm
-from hacrl.trainer.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
 
 
 @dataclass
@@ -142,7 +142,7 @@ def update_learner(
     With ``dp_group`` (a ``torch.distributed`` group of replicas of this agent, each calling this with the
     same rows), rank r takes micro-batches r, r+W, ...; gradients are summed across ranks before clipping,
     so every replica takes the step one process would take on the whole minibatch. An FSDP-sharded agent
-    (``hacrl.trainer.sharding``) sums them in its reduce-scatter instead, and pads with zero-weight
+    (``hacrl.learner.sharding``) sums them in its reduce-scatter instead, and pads with zero-weight
     passes so that every rank runs as many forward/backward passes."""
     assert agent.optimizer is not None
     rank, world = (dist.get_rank(dp_group), dist.get_world_size(dp_group)) if dp_group is not None else (0, 1)

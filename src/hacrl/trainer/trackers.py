@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.config import ConfigError
-from hacrl.report.sinks import JsonlSink, MetricsSink, MultiSink, tensorboard_sink
+from hacrl.trainer.sinks import JsonlSink, MetricsSink, MultiSink, tensorboard_sink
 
 __all__ = ["LOGGERS", "TrackioSink", "WandbSink", "make_sinks", "resolve_loggers"]
 

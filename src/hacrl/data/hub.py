@@ -13,7 +13,7 @@ A local path that exists always wins over a Hub name of the same spelling (``mod
 is that directory). A spec is taken for a Hub name only if it looks like one: ``org/name`` with no
 other ``/``, not starting with ``.``, ``/`` or ``~``.
 
-Run: ``python -m hacrl.agents.hub Qwen/Qwen3-0.6B`` prints the cached snapshot directory.
+Run: ``python -m hacrl.data.hub Qwen/Qwen3-0.6B`` prints the cached snapshot directory.
 """
 
 from __future__ import annotations
