@@ -71,7 +71,7 @@ def test_pool_groups_hold_every_agents_answers_and_text_survives_retokenization(
                 continue
             ids, truncated = learner.encode_answer(t.text, t.finished)
             assert not truncated
-            assert learner.decode_answer(ids) == t.text
+            assert learner.decode_answers([ids]) == [t.text]
             assert (ids[-1] == learner.eos_id) == t.finished
 
 

@@ -206,9 +206,6 @@ class Agent:
             self._prompt_cache[prompt] = ids
         return ids
 
-    def decode_answer(self, token_ids: list[int]) -> str:
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
     def decode_answers(self, token_ids: list[list[int]]) -> list[str]:
         return self.tokenizer.batch_decode(token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
