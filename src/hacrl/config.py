@@ -7,6 +7,7 @@ computed in ``derive()``, never written back into the parsed config.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -126,15 +127,34 @@ class RolloutConfig(_Section):
         "max_model_len, enable_sleep_mode, ...)")
 
 
+# ε_low, ε_high of own-answer clipping when the config leaves algorithm.clip_low / clip_high out (or null):
+# GSPO's sequence-ratio radii (the paper's 3e-4 / 4e-4) for every algorithm but token-level grpo (DAPO's).
+CLIP_DEFAULTS: dict[str, tuple[float, float]] = {"grpo": (0.2, 0.28)}
+SEQUENCE_CLIP_DEFAULT = (3e-4, 4e-4)
+
+
 class AlgorithmConfig(_Section):
     name: str = Field("hacpo", description="hacpo, gspo, gspo2x, naive, grpo or a hacpo-* ablation")
-    clip_low: float = Field(3e-4, ge=0, lt=1, description="ε_low of own-answer clipping")
-    clip_high: float = Field(4e-4, ge=0, description="ε_high of own-answer clipping")
+    clip_low: float = Field(None, ge=0, lt=1, description="ε_low of own-answer clipping; default: the "
+                            "algorithm's, 3e-4 (GSPO, the paper), grpo 0.2")
+    clip_high: float = Field(None, ge=0, description="ε_high of own-answer clipping; default: the algorithm's, "
+                             "4e-4 (GSPO, the paper), grpo 0.28")
     alpha: float = Field(1.0, ge=0, description="exponential importance-sampling exponent α")
     delta: float = Field(0.2, ge=0, le=1, description="cross clip starts at [1-δ, 1]")
     delta_step: float = Field(0.025, ge=0, description="per-minibatch tightening of the cross lower bound")
     capability_window: int = Field(5, ge=1, description="K: steps averaged into an agent's capability")
     max_log_ratio: float = Field(10.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _algorithm_clip_defaults(cls, data: Any) -> Any:
+        """Fill a missing (or null) clip radius with the algorithm's default, so config.yaml shows the value used."""
+        if not isinstance(data, dict):
+            return data
+        name = data.get("name", "hacpo")
+        low, high = CLIP_DEFAULTS.get(name, SEQUENCE_CLIP_DEFAULT) if isinstance(name, str) else SEQUENCE_CLIP_DEFAULT
+        return {**data, "clip_low": low if data.get("clip_low") is None else data["clip_low"],
+                "clip_high": high if data.get("clip_high") is None else data["clip_high"]}
 
 
 class TrainerConfig(_Section):
@@ -373,3 +393,75 @@ def load_config(
 
 def dump_config(cfg: Config) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+# ---- continuing a run ---------------------------------------------------------------------------
+
+# Settings that may differ between a run and its continuation: ``hacrl train --resume``, and ``hacrl compare``
+# resuming or reusing a run directory. They change neither what is trained nor what a logged number
+# measures: how far it runs, how often it evaluates and checkpoints, extra benchmark evaluations, where logs
+# go, how the work is split (threads, micro-batches: the same sums in another order) and where agents run.
+# Not here: trainer.eval_size and eval_k (the held-out numbers would measure something else). ``agents.*.x``
+# is field x of every agent.
+RESUME_NEUTRAL = frozenset({
+    "trainer.steps", "trainer.eval_every", "trainer.eval_benchmarks", "trainer.checkpoint_every",
+    "trainer.keep_last", "trainer.log_samples", "trainer.threads", "trainer.micro_batch_size",
+    "run.name", "run.output_dir", "run.tensorboard", "run.loggers", "run.project", "task.reward_timeout_s",
+    "backend", "agents.*.num_cpus", "agents.*.num_gpus",
+})
+
+
+def training_differences(saved: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, saved value, new value)`` for every setting outside ``RESUME_NEUTRAL`` where two config trees
+    (a run's config.yaml and ``Config.model_dump(mode="json")``) differ.
+
+    Sections are compared field by field and agents by id (another agent list is the one difference
+    ``agents``); other values, dicts and lists included, are compared whole. A field only one tree has
+    (added or removed between hacrl versions) is passed over.
+
+    >>> old = {"trainer": {"steps": 2, "batch_size": 4}, "agents": [{"id": "a", "lr": 0.001, "num_cpus": 1}]}
+    >>> new = {"trainer": {"steps": 9, "batch_size": 4}, "agents": [{"id": "a", "lr": 0.002, "num_cpus": 4}]}
+    >>> training_differences(old, new)
+    [('agents.a.lr', 0.001, 0.002)]
+    """
+    return list(_differences(Config, saved, new, ""))
+
+
+def _differences(section: type[BaseModel], old: dict[str, Any], new: dict[str, Any],
+                 prefix: str) -> Iterator[tuple[str, Any, Any]]:
+    for name, field in section.model_fields.items():
+        key, a, b = f"{prefix}{name}", old.get(name, _MISSING), new.get(name, _MISSING)
+        generic = f"agents.*.{name}" if prefix.startswith("agents.") else key
+        if a is _MISSING or b is _MISSING or generic in RESUME_NEUTRAL:
+            continue
+        if section is Config and name == "agents":
+            old_ids, new_ids = ([x.get("id") if isinstance(x, dict) else x for x in v] for v in (a, b))
+            if old_ids != new_ids:
+                yield key, old_ids, new_ids
+            else:
+                for x, y in zip(a, b, strict=True):
+                    yield from _differences(AgentSpec, x, y, f"agents.{x['id']}.")
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, _Section) \
+                and isinstance(a, dict) and isinstance(b, dict):
+            yield from _differences(field.annotation, a, b, f"{key}.")
+        elif a != b:
+            yield key, a, b
+
+
+_MISSING = object()
+
+
+def resume_conflict(saved: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """None when a run made with the config tree ``saved`` may continue under ``new``; else one line naming
+    every differing training setting (both paths that continue runs refuse with it).
+
+    >>> resume_conflict({"algorithm": {"alpha": 1.0}}, {"algorithm": {"alpha": 0.5}})[:37]
+    'algorithm.alpha=1.0, now 0.5; a run c'
+    """
+    found = training_differences(saved, new)
+    if not found:
+        return None
+    listed = "; ".join(f"{key}={a!r}, now {b!r}" for key, a, b in found)
+    return (f"{listed}; a run continues only with the training settings it began with (only the step count, "
+            f"evaluation and checkpoint cadence, benchmarks, logging, threads, micro-batch size, the reward "
+            f"time limit and where agents run may change)")

@@ -19,19 +19,12 @@ from typing import Any
 
 import yaml
 
-from hacrl.config import Config, ConfigError
+from hacrl.config import Config, ConfigError, resume_conflict
 from hacrl.trainer.rundir import RunLock, has_content, remove_run
 
 logger = logging.getLogger(__name__)
 
 RUN_RECORD = "compare.json"
-# Config keys that do not change a run's trajectory: a finished run made with other values is still reused.
-# trainer.steps may grow (a finished shorter run is resumed and extended), never shrink.
-_NEUTRAL_KEYS = {
-    "trainer.steps", "trainer.keep_last", "trainer.checkpoint_every", "trainer.log_samples",
-    "trainer.threads", "trainer.eval_every", "trainer.micro_batch_size", "run.tensorboard", "run.name",
-    "run.output_dir", "task.reward_timeout_s", "run.loggers", "run.project",
-}
 
 
 # ---- planning and running -----------------------------------------------------------------------------
@@ -46,39 +39,13 @@ class RunOutcome:
     final: dict[str, float] = field(default_factory=dict)
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for k, v in tree.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    if isinstance(tree, list) and tree and all(isinstance(x, dict) and "id" in x for x in tree):
-        out = {}
-        for x in tree:
-            out.update(_flatten(x, f"{prefix}{x['id']}."))
-        return out
-    return {prefix[:-1]: tree}
-
-
 def _config_mismatch(run_dir: Path, cfg: Config) -> str | None:
-    """The first trajectory-relevant value where the run's saved config differs from ``cfg`` (None: same).
-
-    Keys only one side has (a field added or removed between hacrl versions) are skipped; the agent list
-    must match exactly.
-    """
+    """How the run's saved config differs from ``cfg`` in a training setting (None: it may continue under
+    ``cfg``); the rule is ``hacrl.config.resume_conflict``, the one ``hacrl train --resume`` applies."""
     saved_path = run_dir / "config.yaml"
     if not saved_path.is_file():
         return None
-    saved = yaml.safe_load(saved_path.read_text()) or {}
-    old_ids = [a.get("id") for a in saved.get("agents", []) if isinstance(a, dict)]
-    new_ids = [a.id for a in cfg.agents]
-    if old_ids != new_ids:
-        return f"agents {old_ids}, now {new_ids}"
-    old, new = _flatten(saved), _flatten(cfg.model_dump(mode="json"))
-    for key in sorted(set(old) & set(new)):
-        if key not in _NEUTRAL_KEYS and old[key] != new[key]:
-            return f"{key}={old[key]!r}, now {new[key]!r}"
-    return None
+    return resume_conflict(yaml.safe_load(saved_path.read_text()) or {}, cfg.model_dump(mode="json"))
 
 
 def _checkpoint_step(path: Path) -> int:

@@ -31,7 +31,7 @@ import yaml
 from hacrl.agents.agent import Agent
 from hacrl.backends import AgentFailure, make_backend
 from hacrl.backends.worker import Rollout, resolve_model_path
-from hacrl.config import Config, ConfigError, derive, dump_config
+from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task
 from hacrl.errors import InputError
@@ -177,11 +177,10 @@ class Trainer:
                               f"the config has {self.cfg.algorithm.name!r}")
         saved = self.run_dir / "config.yaml"
         if saved.is_file():
-            key = first_training_difference(yaml.safe_load(saved.read_text()), self.cfg.model_dump(mode="json"))
-            if key is not None:
-                raise ConfigError(f"--resume: {key} differs from the run's config.yaml; resuming with a changed "
-                                  f"training setting would mix two experiments (only trainer.steps, eval and "
-                                  f"checkpoint cadence, threads and logging may change)")
+            conflict = resume_conflict(yaml.safe_load(saved.read_text()) or {}, self.cfg.model_dump(mode="json"))
+            if conflict is not None:
+                raise ConfigError(f"--resume: {self.run_dir} was trained with {conflict}; resume with the run's "
+                                  f"settings, or start over with --overwrite")
 
     def _restore(self, path: Path) -> None:
         state = ckpt.load_state(path)
@@ -457,36 +456,6 @@ class Trainer:
 def _benchmark_score(scorer: RewardScorer) -> Callable[[list[str], list[Problem]], ScoreResult]:
     return lambda texts, problems: scorer.score(
         texts, [{**p.meta, "answer": p.answer, "prompt": p.prompt} for p in problems])
-
-
-# Settings that may change between a run and its resumption: they do not change what is trained.
-RESUMABLE_KEYS = {"trainer.steps", "trainer.eval_every", "trainer.eval_size", "trainer.checkpoint_every",
-                  "trainer.keep_last", "trainer.log_samples", "trainer.threads", "trainer.micro_batch_size",
-                  "trainer.eval_benchmarks",
-                  "run.name", "run.output_dir", "run.tensorboard", "run.loggers", "run.project",
-                  "task.reward_timeout_s", "backend"}
-# Per-agent fields that may change too (where the agent runs, not what it learns).
-RESUMABLE_AGENT_FIELDS = {"num_cpus", "num_gpus"}
-
-
-def first_training_difference(old: Any, new: Any, prefix: str = "") -> str | None:
-    """The first dotted key whose value differs between two config trees, ignoring ``RESUMABLE_KEYS``."""
-    if prefix in RESUMABLE_KEYS or (prefix.startswith("agents.") and prefix.rsplit(".", 1)[-1] in RESUMABLE_AGENT_FIELDS):
-        return None
-    if isinstance(old, dict) and isinstance(new, dict):
-        for k in sorted(set(old) & set(new)):  # a key on one side only: a field added since the run began
-            found = first_training_difference(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else k)
-            if found:
-                return found
-        return None
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for i, (a, b) in enumerate(zip(old, new)):
-            item = a.get("id", i) if isinstance(a, dict) else i
-            found = first_training_difference(a, b, f"{prefix}.{item}")
-            if found:
-                return found
-        return None
-    return None if old == new else (prefix or "config")
 
 
 def _on_main_thread() -> bool:

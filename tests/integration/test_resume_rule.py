@@ -1,0 +1,57 @@
+"""One rule decides whether a run may continue under a config: ``hacrl train --resume`` (the Trainer) and
+``hacrl compare`` (plan_run: reuse or resume) accept and refuse the same changes, with the same words."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from hacrl.config import ConfigError, load_config, resume_conflict, training_differences
+from hacrl.report.runs import plan_run
+from hacrl.trainer.trainer import Trainer
+
+BASE = ["trainer.steps=1", "trainer.eval_size=5", "trainer.log_samples=0", "run.loggers=[jsonl]"]
+
+
+def test_differences_pass_over_neutral_keys_and_compare_agents_by_id():
+    old = load_config("tiny-test").model_dump(mode="json")
+    new = load_config("tiny-test", overrides=[
+        "trainer.steps=7", "trainer.eval_every=2", "trainer.checkpoint_every=3", "trainer.threads=2",
+        "trainer.micro_batch_size=8", "trainer.eval_benchmarks.math500=m.jsonl", "run.loggers=[jsonl]",
+        "task.reward_timeout_s=30", "backend.name=ray", "agents.qwen-char.num_gpus=0.5"]).model_dump(mode="json")
+    assert training_differences(old, new) == []
+    assert resume_conflict(old, new) is None
+    changed = load_config("tiny-test", overrides=[
+        "agents.llama-bpe.lr=0.5", "rollout.engine_options.x=1", "trainer.eval_size=7"]).model_dump(mode="json")
+    assert [k for k, _, _ in training_differences(old, changed)] == [
+        "agents.llama-bpe.lr", "rollout.engine_options", "trainer.eval_size"]  # a free-form dict as a whole
+    other_agents = {**old, "agents": old["agents"][::-1]}
+    assert [k for k, _, _ in training_differences(old, other_agents)] == ["agents"]
+    del new["algorithm"]["alpha"]  # a field only one side has (another hacrl version) is passed over
+    assert training_differences(old, new) == []
+
+
+def test_train_resume_and_compare_accept_and_refuse_the_same_changes(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    Trainer(load_config("tiny-test", overrides=BASE), run).train()
+    ckpt = run / "checkpoints" / "step-000001"
+
+    # only neutral keys differ: both continue the run
+    neutral = load_config("tiny-test", overrides=[*BASE, "trainer.steps=2", "trainer.eval_every=1",
+                                                  "trainer.checkpoint_every=1", "agents.qwen-char.num_cpus=2"])
+    trainer = Trainer(neutral, run, resume_from=ckpt)
+    assert trainer.step_idx == 1
+    trainer.close()
+    assert plan_run(neutral, run).action == "resume"
+
+    # a learning rate differs: both refuse, naming the field in the same words
+    changed = load_config("tiny-test", overrides=[*BASE, "trainer.steps=2", "agents.qwen-char.lr=0.01"])
+    conflict = resume_conflict(yaml.safe_load((run / "config.yaml").read_text()), changed.model_dump(mode="json"))
+    assert conflict is not None and conflict.startswith("agents.qwen-char.lr=0.0003, now 0.01;")
+    with pytest.raises(ConfigError) as by_train:
+        Trainer(changed, run, resume_from=ckpt)
+    with pytest.raises(ConfigError) as by_compare:
+        plan_run(changed, run)
+    for exc in (by_train.value, by_compare.value):
+        assert f"{run} was trained with {conflict}" in str(exc)
