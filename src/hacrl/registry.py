@@ -6,6 +6,7 @@ project is made once, at lookup, never by repeated ``if/elif`` on a string.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -20,11 +21,23 @@ class Registry(Generic[T]):
     ... def double(x): return 2 * x
     >>> losses.get("double")(3)
     6
+
+    A family resolves a whole pattern of names, built on first lookup:
+
+    >>> losses.add_family(r"times(?P<n>[1-9][0-9]*)", "times<N>", lambda n: lambda x: int(n) * x)
+    >>> losses.get("times7")(3), "times7" in losses, "times0" in losses
+    (21, True, False)
     """
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._families: list[tuple[re.Pattern[str], str, Callable[..., T]]] = []
+
+    def add_family(self, pattern: str, label: str, build: Callable[..., T]) -> None:
+        """Names matching ``pattern`` (whole name) resolve to ``build(**named groups)``; ``label`` shows the
+        family in listings (e.g. ``gspo-x<N>``)."""
+        self._families.append((re.compile(pattern), label, build))
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -39,17 +52,27 @@ class Registry(Generic[T]):
         self._items[name] = obj
 
     def get(self, name: str) -> T:
-        try:
-            return self._items[name]
-        except KeyError:
-            valid = ", ".join(sorted(self._items)) or "(none)"
-            raise KeyError(f"unknown {self.kind} {name!r}; valid: {valid}") from None
+        if name not in self._items:
+            built = self._build(name)
+            if built is None:
+                valid = ", ".join(self.names() + [label for _, label, _ in self._families]) or "(none)"
+                raise KeyError(f"unknown {self.kind} {name!r}; valid: {valid}")
+            self._items[name] = built
+        return self._items[name]
+
+    def _build(self, name: str) -> T | None:
+        for pattern, _, build in self._families:
+            match = pattern.fullmatch(name)
+            if match:
+                return build(**match.groupdict())
+        return None
 
     def names(self) -> list[str]:
+        """The registered names (family members only once looked up)."""
         return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._items or (isinstance(name, str) and any(p.fullmatch(name) for p, _, _ in self._families))
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._items))
