@@ -31,8 +31,8 @@ def test_window_includes_current_step():
         assert row[0].item() == pytest.approx(sum(rewards) / len(rewards))
         assert_close(tr.capability, T([p0, 0.5]))
     # ω^(0,1) = 0.25/0.5 = 0.5, ω^(1,0) = 2
-    assert tr.omega(0, 1).item() == pytest.approx(0.5)
-    assert tr.omega(1, 0).item() == pytest.approx(2.0)
+    assert tr.omega_matrix()[0, 1].item() == pytest.approx(0.5)
+    assert tr.omega_matrix()[1, 0].item() == pytest.approx(2.0)
 
 
 def test_no_history_gives_capability_one_and_omega_one():
@@ -57,11 +57,12 @@ def test_omega_is_the_clamped_capability_ratio():
     step(tr, {0: [1.0] * 9 + [0.0], 1: [1.0] * 3 + [0.0] * 7, 2: [1.0] * 6 + [0.0] * 4,
               3: [1.0] + [0.0] * 19})
     assert_close(tr.capability, T([0.9, 0.3, 0.6, 0.05]))
-    assert tr.omega(0, 1).item() == pytest.approx(3.0, rel=1e-6)
-    assert tr.omega(1, 2).item() == pytest.approx(0.5, rel=1e-6)
-    assert tr.omega(0, 3).item() == pytest.approx(10.0)
-    assert tr.omega(3, 2).item() == pytest.approx(0.1)
-    assert tr.omega(2, 2).item() == 1.0
+    w = tr.omega_matrix()
+    assert w[0, 1].item() == pytest.approx(3.0, rel=1e-6)
+    assert w[1, 2].item() == pytest.approx(0.5, rel=1e-6)
+    assert w[0, 3].item() == pytest.approx(10.0)
+    assert w[3, 2].item() == pytest.approx(0.1)
+    assert w[2, 2].item() == 1.0
     # the tracker's ω matches the advantage code's ω for the same P̂
     assert_close(tr.omega_matrix(), omega_matrix(tr.capability))
 
@@ -85,25 +86,21 @@ def test_absent_agent_keeps_its_window():
     assert tr.capability[0].item() == pytest.approx(0.25)  # now agent 0 was absent
 
 
-def test_warmup_forces_omega_one():
-    tr = CapabilityTracker(2, window=5, warmup_steps=2)
-    for i in range(2):
-        step(tr, {0: [1.0, 1.0], 1: [1.0, 0.0]})   # P̂ = [1, 0.5]
-        assert torch.equal(tr.omega_matrix(), torch.ones(2, 2)), f"warm-up step {i + 1}"
-        assert tr.omega(0, 1).item() == 1.0
-    assert_close(tr.capability, T([1.0, 0.5]))       # the window is still filled during warm-up
-    step(tr, {0: [1.0, 1.0], 1: [1.0, 0.0]})         # third step: ω = P̂_k/P̂_j
-    assert_close(tr.omega_matrix(), T([[1.0, 2.0], [0.5, 1.0]]))
+def test_a_floor_below_the_default_reaches_omega():
+    # P̂ = [0.5, 0 → floor 1e-10]: ω^(0,1) = 5e9, clamped only by ratio_max = 1e12
+    tr = CapabilityTracker(2, floor=1e-10, ratio_min=1e-12, ratio_max=1e12)
+    step(tr, {0: [1.0, 0.0], 1: [0.0, 0.0]})
+    assert tr.omega_matrix()[0, 1].item() == pytest.approx(5e9, rel=1e-5)
 
 
 def test_state_dict_round_trip():
-    tr = CapabilityTracker(3, window=3, warmup_steps=1)
+    tr = CapabilityTracker(3, window=3)
     gen = torch.Generator().manual_seed(0)
     for _ in range(5):
         rewards = torch.randint(0, 2, (12,), generator=gen).float()
         tr.update(rewards, torch.randint(0, 3, (12,), generator=gen))
     state = tr.state_dict()
-    other = CapabilityTracker(3, window=3, warmup_steps=1)
+    other = CapabilityTracker(3, window=3)
     other.load_state_dict(state)
     assert torch.equal(other.capability, tr.capability)
     assert torch.equal(other.omega_matrix(), tr.omega_matrix())
@@ -115,10 +112,22 @@ def test_state_dict_round_trip():
     assert state["history"].shape[0] == 5
 
 
-@pytest.mark.parametrize("change", [{"window": 4}, {"num_agents": 2}, {"warmup_steps": 0},
-                                    {"ratio_max": 5.0}, {"floor": 1e-6}])
+def test_a_checkpoint_from_before_warmup_was_removed_loads():
+    tr = CapabilityTracker(2, window=3)
+    tr.update(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]))
+    state = tr.state_dict()
+    state["config"] = {**state["config"], "warmup_steps": 0}  # what older checkpoints hold
+    other = CapabilityTracker(2, window=3)
+    other.load_state_dict(state)
+    assert torch.equal(other.capability, tr.capability)
+    state["config"]["warmup_steps"] = 2  # a warm-up that is no longer implemented is refused
+    with pytest.raises(ValueError):
+        other.load_state_dict(state)
+
+
+@pytest.mark.parametrize("change", [{"window": 4}, {"num_agents": 2}, {"ratio_max": 5.0}, {"floor": 1e-6}])
 def test_load_state_dict_with_a_different_config_raises(change):
-    base = {"num_agents": 3, "window": 3, "warmup_steps": 1}
+    base = {"num_agents": 3, "window": 3}
     tr = CapabilityTracker(**base)
     tr.update(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]))
     args = base | change

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import group_advantages, grpo_loss, gspo_loss, hacpo_advantages, hacpo_loss
+from hacrl.core import LossInputs, group_advantages, grpo_loss, gspo_loss, hacpo_advantages, hacpo_loss
 
 B, T, V, D = 8, 6, 11, 5
 
@@ -41,14 +41,10 @@ def tiny_policy(seed):
 def loss_on(name, logp_of, data, rows):
     d = {k: v[rows] for k, v in data.items()}
     logp = logp_of(rows)
-    if name == "hacpo":
-        loss, _ = hacpo_loss(logp, d["mask"], d["old_mean"], d["adv"], d["own"], d["omega"], clip_low=0.2,
-                             clip_high=0.28, alpha=1.0, cross_lower=0.85, ref_logp=d["ref"], kl_coef=0.05)
-    elif name == "gspo":
-        loss, _ = gspo_loss(logp, d["mask"], d["old_mean"], d["adv"], clip_low=0.2, clip_high=0.28,
-                            ref_logp=d["ref"], kl_coef=0.05)
-    else:
-        loss, _ = grpo_loss(logp, d["mask"], d["old_tok"], d["adv"], ref_logp=d["ref"], kl_coef=0.05)
+    inputs = LossInputs(logp, d["mask"], d["adv"], old_logp_mean_B=d["old_mean"], own_B=d["own"],
+                        omega_B=d["omega"], old_logp_BT=d["old_tok"], ref_logp_BT=d["ref"])
+    loss_fn = {"hacpo": hacpo_loss, "gspo": gspo_loss, "grpo": grpo_loss}[name]
+    loss, _ = loss_fn(inputs, clip_low=0.2, clip_high=0.28, alpha=1.0, cross_lower=0.85, kl_coef=0.05)
     return loss
 
 
@@ -131,10 +127,12 @@ def test_permuting_the_batch():
     kw = dict(clip_low=0.2, clip_high=0.28, alpha=1.0, cross_lower=0.8, kl_coef=0.1)
 
     x = logp.clone().requires_grad_(True)
-    loss, _ = hacpo_loss(x, mask, old, adv, own, omega, ref_logp=ref, **kw)
+    loss, _ = hacpo_loss(LossInputs(x, mask, adv, old_logp_mean_B=old, own_B=own, omega_B=omega, ref_logp_BT=ref),
+                         **kw)
     (g,) = torch.autograd.grad(loss, x)
     xp = logp[perm].clone().requires_grad_(True)
-    loss_p, _ = hacpo_loss(xp, mask[perm], old[perm], adv_p, own[perm], omega[perm], ref_logp=ref[perm], **kw)
+    loss_p, _ = hacpo_loss(LossInputs(xp, mask[perm], adv_p, old_logp_mean_B=old[perm], own_B=own[perm],
+                                      omega_B=omega[perm], ref_logp_BT=ref[perm]), **kw)
     (gp,) = torch.autograd.grad(loss_p, xp)
     assert_close(loss_p, loss)
     assert_close(gp, g[perm])

@@ -5,13 +5,24 @@ log-prob = log s, so the sequence mean log-prob is log s and the sequence ratio 
 sequences, loss = −(1/B) Σ_i J_i and, since ∂s/∂logp_t = s/L, ∂loss/∂logp_t = −(1/B)·(∂J/∂s)·s/2.
 """
 
+import inspect
 import math
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import aggregate, grpo_loss, gspo_loss, hacpo_loss, kl_k3, stepwise_lower_bound
+from hacrl.core import (
+    OWN_METRICS,
+    POLICY_LOSSES,
+    LossInputs,
+    aggregate,
+    grpo_loss,
+    gspo_loss,
+    hacpo_loss,
+    kl_k3,
+    stepwise_lower_bound,
+)
 
 T = torch.tensor
 L = 2
@@ -23,10 +34,21 @@ def seqs(ratios, length=L):
     return logp, torch.ones_like(logp), torch.zeros(len(ratios))
 
 
-def hacpo(logp, mask, old, adv, own, omega, **kw):
+def hacpo(logp, mask, old, adv, own, omega, ref_logp=None, **kw):
     kw = {"clip_low": 0.2, "clip_high": 0.28, "alpha": 1.0, "cross_lower": 0.8} | kw
     adv, omega = T(adv, dtype=torch.float32), T(omega, dtype=torch.float32)
-    return hacpo_loss(logp, mask, old, adv, T(own), omega, **kw)
+    return hacpo_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=T(own), omega_B=omega,
+                                 ref_logp_BT=ref_logp), **kw)
+
+
+def gspo(logp, mask, old, adv, ref_logp=None, **kw):
+    kw = {"clip_low": 0.2, "clip_high": 0.28} | kw
+    return gspo_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, ref_logp_BT=ref_logp), **kw)
+
+
+def grpo(logp, mask, old_tok, adv, ref_logp=None, **kw):
+    kw = {"clip_low": 0.2, "clip_high": 0.28} | kw
+    return grpo_loss(LossInputs(logp, mask, adv, old_logp_BT=old_tok, ref_logp_BT=ref_logp), **kw)
 
 
 def grad_of(loss, logp):
@@ -60,7 +82,7 @@ def test_own_term_hacpo(s, adv, loss_expected, grad_expected, clipped):
 @pytest.mark.parametrize("s, adv, loss_expected, grad_expected, clipped", OWN_CASES)
 def test_own_term_gspo(s, adv, loss_expected, grad_expected, clipped):
     logp, mask, old = seqs([s])
-    loss, metrics = gspo_loss(logp, mask, old, T([adv]), clip_low=0.2, clip_high=0.28)
+    loss, metrics = gspo(logp, mask, old, T([adv]), clip_low=0.2, clip_high=0.28)
     assert loss.item() == pytest.approx(loss_expected, rel=1e-5)
     assert_close(grad_of(loss, logp), torch.full((1, L), grad_expected), atol=1e-6, rtol=1e-5)
     assert metrics["self/clip_frac"].item() == float(clipped)
@@ -100,14 +122,6 @@ def test_cross_clip_off(s, loss_expected, grad_expected):
     assert_close(grad_of(loss, logp), torch.full((1, L), grad_expected), atol=1e-6, rtol=1e-5)
 
 
-def test_cross_upper_bound_is_a_parameter():
-    # cross_upper = 1.1, s = 1.05 is inside: 1.05²·1.5·2 = 3.3075; grad 1.05·3·(1.05/2) = 1.65375
-    logp, mask, old = seqs([1.05])
-    loss, _ = hacpo(logp, mask, old, [2.0], [False], [1.5], cross_upper=1.1)
-    assert loss.item() == pytest.approx(-3.3075, rel=1e-5)
-    assert_close(grad_of(loss, logp), torch.full((1, L), -1.65375), rtol=1e-5, atol=1e-6)
-
-
 def test_own_rows_ignore_omega_even_if_not_finite():
     # ω is "ignored for own answers": NaN or inf there must not leak into the value or the gradient.
     # own s = 1.1, A = 2 → J = 2.2; cross s = 0.9, ω = 1.5 → J = 2.43; loss = −(2.2 + 2.43)/2 = −2.315
@@ -118,10 +132,10 @@ def test_own_rows_ignore_omega_even_if_not_finite():
         assert_close(grad_of(loss, logp), T([[-0.55, -0.55], [-0.6075, -0.6075]]), rtol=1e-5, atol=1e-6)
 
 
-def test_cross_lower_above_upper_raises():
+def test_cross_lower_above_one_raises():
     logp, mask, old = seqs([1.0])
-    with pytest.raises(ValueError):
-        hacpo(logp, mask, old, [1.0], [False], [1.0], cross_lower=1.05, cross_upper=1.0)
+    with pytest.raises(ValueError, match="cross_lower"):
+        hacpo(logp, mask, old, [1.0], [False], [1.0], cross_lower=1.05)
 
 
 def test_mixed_batch_own_and_cross_and_metrics():
@@ -147,7 +161,7 @@ def test_max_log_ratio_clamps_before_exp():
     # mean log-prob 20, old 0 → log s clamped to 10, s = e^10 = 22026.466; own A = −1:
     # J = min(−e^10, −1.28) = −e^10 → loss = e^10; the clamp binds, so no gradient flows
     logp = torch.full((1, 2), 20.0, requires_grad=True)
-    loss, _ = gspo_loss(logp, torch.ones(1, 2), T([0.0]), T([-1.0]), clip_low=0.2, clip_high=0.28)
+    loss, _ = gspo(logp, torch.ones(1, 2), T([0.0]), T([-1.0]), clip_low=0.2, clip_high=0.28)
     assert loss.item() == pytest.approx(math.exp(10.0), rel=1e-5)
     assert torch.equal(grad_of(loss, logp), torch.zeros(1, 2))
 
@@ -203,7 +217,7 @@ def test_kl_off_without_coef_or_reference():
     logp = torch.full((1, 2), math.log(0.5), requires_grad=True)
     ref = torch.full((1, 2), math.log(0.25))
     for kw in ({"ref_logp": ref, "kl_coef": 0.0}, {"ref_logp": None, "kl_coef": 0.1}):
-        loss, _ = gspo_loss(logp, torch.ones(1, 2), T([math.log(0.5)]), T([0.0]),
+        loss, _ = gspo(logp, torch.ones(1, 2), T([math.log(0.5)]), T([0.0]),
                             clip_low=0.2, clip_high=0.28, **kw)
         assert loss.item() == 0.0
 
@@ -212,9 +226,9 @@ def test_kl_in_gspo_and_grpo_covers_every_sequence():
     # same inputs as above, both rows count: penalty = 0.1 · 0.1931472 · 2/2 = 0.01931472
     logp = torch.full((2, 2), math.log(0.5), requires_grad=True)
     ref = torch.full((2, 2), math.log(0.25))
-    g, _ = gspo_loss(logp, torch.ones(2, 2), torch.full((2,), math.log(0.5)), T([0.0, 0.0]),
+    g, _ = gspo(logp, torch.ones(2, 2), torch.full((2,), math.log(0.5)), T([0.0, 0.0]),
                      clip_low=0.2, clip_high=0.28, ref_logp=ref, kl_coef=0.1)
-    r, _ = grpo_loss(logp, torch.ones(2, 2), logp.detach().clone(), T([0.0, 0.0]), ref_logp=ref, kl_coef=0.1)
+    r, _ = grpo(logp, torch.ones(2, 2), logp.detach().clone(), T([0.0, 0.0]), ref_logp=ref, kl_coef=0.1)
     assert g.item() == pytest.approx(0.01931472, rel=1e-5)
     assert r.item() == pytest.approx(0.01931472, rel=1e-5)
 
@@ -228,10 +242,10 @@ def test_grpo_token_ratio_versus_gspo_sequence_ratio():
     # GSPO: s = exp((log 1.1 + log 1.5)/2) = √1.65 = 1.2845233 > 1.28 → J = 2.56, loss −2.56, grad 0
     logp = torch.log(T([[1.1, 1.5]])).requires_grad_(True)
     mask = torch.ones(1, 2)
-    loss, _ = grpo_loss(logp, mask, torch.zeros(1, 2), T([2.0]), clip_low=0.2, clip_high=0.28)
+    loss, _ = grpo(logp, mask, torch.zeros(1, 2), T([2.0]), clip_low=0.2, clip_high=0.28)
     assert loss.item() == pytest.approx(-2.38, rel=1e-5)
     assert_close(grad_of(loss, logp), T([[-1.1, 0.0]]), atol=1e-6, rtol=1e-5)
-    gloss, _ = gspo_loss(logp, mask, T([0.0]), T([2.0]), clip_low=0.2, clip_high=0.28)
+    gloss, _ = gspo(logp, mask, T([0.0]), T([2.0]), clip_low=0.2, clip_high=0.28)
     assert gloss.item() == pytest.approx(-2.56, rel=1e-5)
     assert torch.equal(grad_of(gloss, logp), torch.zeros(1, 2))
 
@@ -244,7 +258,7 @@ def test_grpo_is_seq_mean_token_mean():
     #        seq 1 token 0: −(1/2)·(−1)·0.9 = 0.45; masked token → 0
     logp = torch.log(T([[1.1, 1.5], [0.9, 3.0]])).requires_grad_(True)
     mask = T([[1.0, 1.0], [1.0, 0.0]])
-    loss, m = grpo_loss(logp, mask, torch.zeros(2, 2), T([2.0, -1.0]), clip_low=0.2, clip_high=0.28)
+    loss, m = grpo(logp, mask, torch.zeros(2, 2), T([2.0, -1.0]), clip_low=0.2, clip_high=0.28)
     assert loss.item() == pytest.approx(-0.74, rel=1e-5)
     assert_close(grad_of(loss, logp), T([[-0.55, 0.0], [0.45, 0.0]]), atol=1e-6, rtol=1e-5)
     # metrics over the 3 real tokens: ratio mean (1.1 + 1.5 + 0.9)/3, one token clipped of 3
@@ -254,16 +268,12 @@ def test_grpo_is_seq_mean_token_mean():
 
 # ---- aggregate -----------------------------------------------------------------------------------
 
-def test_aggregate_modes():
+def test_aggregate_seq_mean_token_mean():
     # x = [[1, 2, 3], [4, 5, 6]], mask = [[1, 1, 0], [1, 0, 0]]
-    # seq-mean-token-mean: ((1+2)/2 + 4/1)/2 = (1.5 + 4)/2 = 2.75
-    # token-mean:          (1 + 2 + 4)/3 = 2.3333333
-    # seq-mean-token-sum:  ((1+2) + 4)/2 = 3.5
+    # seq-mean-token-mean: ((1+2)/2 + 4/1)/2 = (1.5 + 4)/2 = 2.75   (a token mean would give 7/3)
     x = T([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     mask = T([[1, 1, 0], [1, 0, 0]])
     assert aggregate(x, mask, mode="seq-mean-token-mean").item() == pytest.approx(2.75)
-    assert aggregate(x, mask, mode="token-mean").item() == pytest.approx(7 / 3)
-    assert aggregate(x, mask, mode="seq-mean-token-sum").item() == pytest.approx(3.5)
 
 
 def test_aggregate_empty_row_counts_as_zero():
@@ -271,12 +281,12 @@ def test_aggregate_empty_row_counts_as_zero():
     x = T([[1.0, 2.0], [5.0, 6.0]])
     mask = T([[1.0, 1.0], [0.0, 0.0]])
     assert aggregate(x, mask, mode="seq-mean-token-mean").item() == pytest.approx(0.75)
-    assert aggregate(x, mask, mode="token-mean").item() == pytest.approx(1.5)
 
 
-def test_aggregate_unknown_mode_raises():
+@pytest.mark.parametrize("mode", ["sum", "token-mean"])
+def test_aggregate_unknown_mode_raises(mode):
     with pytest.raises(ValueError, match="seq-mean-token-mean"):
-        aggregate(torch.ones(1, 1), torch.ones(1, 1), mode="sum")
+        aggregate(torch.ones(1, 1), torch.ones(1, 1), mode=mode)
 
 
 # ---- empty answers, dtypes, metrics --------------------------------------------------------------
@@ -284,11 +294,10 @@ def test_aggregate_unknown_mode_raises():
 def all_losses(logp, mask, old_mean, adv, **kw):
     """The three losses on one batch: hacpo with an own and a cross row pattern, gspo, grpo."""
     B = logp.shape[0]
-    own = T([i % 2 == 0 for i in range(B)])
-    h = hacpo_loss(logp, mask, old_mean, adv, own, torch.full((B,), 1.5), clip_low=0.2, clip_high=0.28,
-                   alpha=1.0, cross_lower=0.8, **kw)
-    g = gspo_loss(logp, mask, old_mean, adv, clip_low=0.2, clip_high=0.28, **kw)
-    r = grpo_loss(logp, mask, logp.detach() - 0.05, adv, **kw)
+    own = [i % 2 == 0 for i in range(B)]
+    h = hacpo(logp, mask, old_mean, adv.tolist(), own, [1.5] * B, **kw)
+    g = gspo(logp, mask, old_mean, adv, **kw)
+    r = grpo(logp, mask, logp.detach() - 0.05, adv, **kw)
     return {"hacpo": h, "gspo": g, "grpo": r}
 
 
@@ -307,9 +316,9 @@ def test_empty_mask_rows_give_finite_loss_and_zero_grad():
         assert m["count/empty"].item() == 2, name
         assert all(torch.isfinite(v).all() for v in m.values()), name
     logp0, mask0, old0 = logp[:1].detach(), mask[:1], old[:1]
-    loss_pg, _ = gspo_loss(logp0, mask0, old0, T([2.0]), clip_low=0.2, clip_high=0.28)
+    loss_pg, _ = gspo(logp0, mask0, old0, T([2.0]), clip_low=0.2, clip_high=0.28)
     assert loss_pg.item() == pytest.approx(-2.2, rel=1e-5)
-    loss3, _ = gspo_loss(logp.detach(), mask, old, T([2.0, 2.0, -1.0]), clip_low=0.2, clip_high=0.28)
+    loss3, _ = gspo(logp.detach(), mask, old, T([2.0, 2.0, -1.0]), clip_low=0.2, clip_high=0.28)
     assert loss3.item() == pytest.approx(-2.2 / 3, rel=1e-5)  # empty rows count in the mean as 0
 
 
@@ -361,28 +370,51 @@ def test_metrics_are_detached_tensors():
             assert not v.requires_grad and v.grad_fn is None, (name, key)
 
 
-@pytest.mark.parametrize("bad", ["mask", "adv", "empty_batch", "ref"])
-def test_loss_shape_errors(bad):
-    logp, mask, old, adv = torch.zeros(3, 2), torch.ones(3, 2), torch.zeros(3), torch.zeros(3)
-    ref = None
-    if bad == "mask":
-        mask = torch.ones(3, 3)
-    elif bad == "adv":
-        adv = torch.zeros(2)
-    elif bad == "empty_batch":
-        logp, mask, old, adv = torch.zeros(0, 2), torch.ones(0, 2), torch.zeros(0), torch.zeros(0)
-    else:
-        ref = torch.zeros(3, 3)
-    with pytest.raises(ValueError):
-        gspo_loss(logp, mask, old, adv, clip_low=0.2, clip_high=0.28, ref_logp=ref, kl_coef=0.1)
-    n = logp.shape[0]
-    with pytest.raises(ValueError):
-        hacpo_loss(logp, mask, old, adv, torch.ones(n, dtype=torch.bool), torch.ones(n),
-                   clip_low=0.2, clip_high=0.28, alpha=1.0, cross_lower=0.8, ref_logp=ref, kl_coef=0.1)
-    with pytest.raises(ValueError):
-        grpo_loss(logp, mask, torch.zeros_like(logp), adv, ref_logp=ref, kl_coef=0.1)
+@pytest.mark.parametrize("bad", ["mask", "adv", "empty_batch", "ref", "own", "omega", "old_mean", "old_tok"])
+def test_loss_input_shape_errors(bad):
+    good = {"logp_BT": torch.zeros(3, 2), "mask_BT": torch.ones(3, 2), "advantages_B": torch.zeros(3),
+            "old_logp_mean_B": torch.zeros(3), "own_B": torch.ones(3, dtype=torch.bool), "omega_B": torch.ones(3),
+            "old_logp_BT": torch.zeros(3, 2), "ref_logp_BT": torch.zeros(3, 2)}
+    wrong = {"mask": {"mask_BT": torch.ones(3, 3)}, "adv": {"advantages_B": torch.zeros(2)},
+             "empty_batch": {k: v[:0] for k, v in good.items()}, "ref": {"ref_logp_BT": torch.zeros(3, 3)},
+             "own": {"own_B": torch.ones(3, 1)}, "omega": {"omega_B": torch.ones(4)},
+             "old_mean": {"old_logp_mean_B": torch.zeros(3, 2)}, "old_tok": {"old_logp_BT": torch.zeros(3)}}[bad]
+    LossInputs(**good)
+    with pytest.raises(ValueError, match="must|empty"):
+        LossInputs(**(good | wrong))
 
 
-def test_grpo_old_logp_shape_error():
-    with pytest.raises(ValueError):
-        grpo_loss(torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2), torch.zeros(2))
+def test_each_loss_names_the_input_it_lacks():
+    inputs = LossInputs(torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2))
+    for loss_fn, needed in ((hacpo_loss, "old_logp_mean_B"), (gspo_loss, "old_logp_mean_B"),
+                            (grpo_loss, "old_logp_BT")):
+        with pytest.raises(ValueError, match=needed):
+            loss_fn(inputs, clip_low=0.2, clip_high=0.28)
+
+
+# ---- one signature behind the registry ---------------------------------------------------------------
+
+def test_every_registered_loss_has_one_signature():
+    signatures = {name: inspect.signature(POLICY_LOSSES.get(name)) for name in POLICY_LOSSES}
+    assert set(signatures) == {"hacpo", "gspo", "grpo"}
+    assert len({str(sig) for sig in signatures.values()}) == 1, signatures
+
+
+def test_gspo_is_hacpo_with_every_row_own():
+    # the same rows, half of them marked cross with ω = 3: gspo ignores both marks, so it equals hacpo with
+    # every row own, value and gradient; and it reports only the own-answer metrics
+    gen = torch.Generator().manual_seed(3)
+    logp = (-torch.rand(6, 4, generator=gen)).requires_grad_(True)
+    mask, old, adv = torch.ones(6, 4), -torch.rand(6, generator=gen), torch.randn(6, generator=gen)
+    ref = logp.detach() - 0.1
+    kw = {"ref_logp": ref, "kl_coef": 0.1, "cross_lower": 0.9}
+    g, gm = gspo(logp, mask, old, adv, **kw)
+    gspo_grad = grad_of(g, logp)
+    marked = LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=T([True, False] * 3),
+                        omega_B=torch.full((6,), 3.0), ref_logp_BT=ref)
+    g2, _ = gspo_loss(marked, clip_low=0.2, clip_high=0.28, kl_coef=0.1, cross_lower=0.9)
+    h, hm = hacpo(logp, mask, old, adv.tolist(), [True] * 6, [3.0] * 6, **kw)
+    assert torch.equal(g, h) and torch.equal(g2, h)
+    assert torch.equal(gspo_grad, grad_of(h, logp))
+    assert tuple(gm) == OWN_METRICS
+    assert all(torch.equal(gm[k], hm[k]) for k in OWN_METRICS)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import grpo_loss, gspo_loss, hacpo_advantages, hacpo_loss, stepwise_lower_bound
+from hacrl.core import LossInputs, grpo_loss, gspo_loss, hacpo_advantages, hacpo_loss, stepwise_lower_bound
 
 SEEDS = range(24)
 
@@ -151,7 +151,7 @@ def random_loss_problem(seed):
         "kl_coef": rng.choice([0.0, 0.1]),
     }
     hacpo_kw = {"alpha": rng.choice([0.0, 1.0, 2.0, rng.uniform(0.0, 3.0)]), "lower": lower,
-                "upper": rng.choice([1.0, 1.2]), "cross_clip": rng.random() < 0.8}
+                "cross_clip": rng.random() < 0.8}
     return logp, mask, old, old_tok, adv, own, omega, ref, kw, hacpo_kw
 
 
@@ -178,12 +178,10 @@ def test_hacpo_advantages_match_reference(seed):
 def test_hacpo_loss_matches_reference(seed):
     logp, mask, old, _, adv, own, omega, ref, kw, hk = random_loss_problem(seed)
     logp = logp.requires_grad_(True)
-    got, _ = hacpo_loss(logp, mask, old, adv, own, omega, clip_low=kw["clip_low"], clip_high=kw["clip_high"],
-                        alpha=hk["alpha"], cross_lower=hk["lower"], cross_upper=hk["upper"],
-                        cross_clip=hk["cross_clip"], max_log_ratio=kw["max_log_ratio"], ref_logp=ref,
-                        kl_coef=kw["kl_coef"])
+    inputs = LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=own, omega_B=omega, ref_logp_BT=ref)
+    got, _ = hacpo_loss(inputs, alpha=hk["alpha"], cross_lower=hk["lower"], cross_clip=hk["cross_clip"], **kw)
     want = ref_hacpo(logp, mask, old, adv, own, omega, clip_low=kw["clip_low"], clip_high=kw["clip_high"],
-                     alpha=hk["alpha"], lower=hk["lower"], upper=hk["upper"], cross_clip=hk["cross_clip"],
+                     alpha=hk["alpha"], lower=hk["lower"], upper=1.0, cross_clip=hk["cross_clip"],
                      max_log_ratio=kw["max_log_ratio"], ref_logp=ref if kw["kl_coef"] else None,
                      kl_coef=kw["kl_coef"])
     assert_close(got, want, rtol=1e-5, atol=1e-6)
@@ -194,7 +192,7 @@ def test_hacpo_loss_matches_reference(seed):
 def test_gspo_loss_matches_reference(seed):
     logp, mask, old, _, adv, _, _, ref, kw, _ = random_loss_problem(seed)
     logp = logp.requires_grad_(True)
-    got, _ = gspo_loss(logp, mask, old, adv, ref_logp=ref, **kw)
+    got, _ = gspo_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, ref_logp_BT=ref), **kw)
     all_own = torch.ones(logp.shape[0], dtype=torch.bool)
     want = ref_hacpo(logp, mask, old, adv, all_own, torch.ones(logp.shape[0]), clip_low=kw["clip_low"],
                      clip_high=kw["clip_high"], alpha=0.0, lower=0.0, upper=1.0, cross_clip=True,
@@ -208,7 +206,7 @@ def test_gspo_loss_matches_reference(seed):
 def test_grpo_loss_matches_reference(seed):
     logp, mask, _, old_tok, adv, _, _, ref, kw, _ = random_loss_problem(seed)
     logp = logp.requires_grad_(True)
-    got, _ = grpo_loss(logp, mask, old_tok, adv, ref_logp=ref, **kw)
+    got, _ = grpo_loss(LossInputs(logp, mask, adv, old_logp_BT=old_tok, ref_logp_BT=ref), **kw)
     want = ref_grpo(logp, mask, old_tok, adv, clip_low=kw["clip_low"], clip_high=kw["clip_high"],
                     max_log_ratio=kw["max_log_ratio"], ref_logp=ref if kw["kl_coef"] else None,
                     kl_coef=kw["kl_coef"])
@@ -242,6 +240,6 @@ def test_random_problems_exercise_every_branch():
         hits["own_hi"] += int((own & (s > 1 + kw["clip_high"])).sum())
         hits["own_lo"] += int((own & (s < 1 - kw["clip_low"])).sum())
         hits["cross_lo"] += int((~own & (s < hk["lower"])).sum())
-        hits["cross_hi"] += int((~own & (s > hk["upper"])).sum())
-        hits["cross_in"] += int((~own & (s >= hk["lower"]) & (s <= hk["upper"])).sum())
+        hits["cross_hi"] += int((~own & (s > 1.0)).sum())
+        hits["cross_in"] += int((~own & (s >= hk["lower"]) & (s <= 1.0)).sum())
     assert all(v >= 3 for v in hits.values()), hits

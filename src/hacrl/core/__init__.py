@@ -9,7 +9,10 @@ from hacrl.core.capability import CapabilityTracker
 from hacrl.core.logprobs import selected_logprobs
 from hacrl.core.losses import (
     AGGREGATIONS,
+    OWN_METRICS,
     POLICY_LOSSES,
+    LossInputs,
+    PolicyLoss,
     aggregate,
     grpo_loss,
     gspo_loss,
@@ -21,8 +24,11 @@ from hacrl.core.losses import (
 
 __all__ = [
     "AGGREGATIONS",
+    "OWN_METRICS",
     "POLICY_LOSSES",
     "CapabilityTracker",
+    "LossInputs",
+    "PolicyLoss",
     "aggregate",
     "group_advantages",
     "grpo_loss",

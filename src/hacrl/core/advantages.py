@@ -86,16 +86,23 @@ def group_advantages(
     return torch.where(degenerate_G[inv_B], torch.zeros_like(adv_B), adv_B)
 
 
-def omega_matrix(capability: Tensor, *, ratio_min: float = OMEGA_MIN, ratio_max: float = OMEGA_MAX) -> Tensor:
+def omega_matrix(capability: Tensor, *, ratio_min: float = OMEGA_MIN, ratio_max: float = OMEGA_MAX,
+                 floor: float = CAPABILITY_FLOOR) -> Tensor:
     """ω^(k,j) = clamp(P̂_k / P̂_j, ratio_min, ratio_max) for every learner k (row) and source j (col).
 
+    A cross answer of source j scales learner k's update by the transposed entry ω^(j,k) = P̂_j / P̂_k:
+    above 1 when the source is the stronger agent.
+
     Args:
-        capability: float[N], the smoothed success rate P̂ of each agent (floored at 1e-8 here).
+        capability: float[N], the smoothed success rate P̂ of each agent (floored at ``floor`` here).
 
     Returns:
         float32[N, N]; the diagonal is 1.
+
+    >>> omega_matrix(torch.tensor([0.2, 0.8])).tolist()
+    [[1.0, 0.25], [4.0, 1.0]]
     """
-    cap_N = capability.float().clamp_min(CAPABILITY_FLOOR)
+    cap_N = capability.float().clamp_min(floor)
     # eq. 8: ω^(k,j) = P̂^(k) / P̂^(j), clamped as in the authors' code
     return (cap_N[:, None] / cap_N[None, :]).clamp(ratio_min, ratio_max)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hacrl.core.advantages import CAPABILITY_FLOOR, OMEGA_MAX, OMEGA_MIN, omega_matrix
+
 
 class CapabilityTracker:
     """Sliding-window success rate of each of ``num_agents`` agents and their ratios ω.
@@ -20,7 +22,6 @@ class CapabilityTracker:
         window: K, the number of steps averaged (the current one included).
         floor: lower bound on P̂ (avoids division by zero for an agent that never succeeds).
         ratio_min, ratio_max: clamp of ω = P̂_k / P̂_j.
-        warmup_steps: ω is forced to 1 during the first ``warmup_steps`` steps.
     """
 
     def __init__(
@@ -28,10 +29,9 @@ class CapabilityTracker:
         num_agents: int,
         *,
         window: int = 5,
-        floor: float = 1e-8,
-        ratio_min: float = 0.1,
-        ratio_max: float = 10.0,
-        warmup_steps: int = 0,
+        floor: float = CAPABILITY_FLOOR,
+        ratio_min: float = OMEGA_MIN,
+        ratio_max: float = OMEGA_MAX,
     ) -> None:
         if num_agents < 1:
             raise ValueError(f"num_agents must be >= 1, got {num_agents}")
@@ -44,7 +44,6 @@ class CapabilityTracker:
         self.floor = floor
         self.ratio_min = ratio_min
         self.ratio_max = ratio_max
-        self.warmup_steps = warmup_steps
         # history_SN: one row per recorded step, NaN where the agent wrote no answer that step.
         self.history_SN = torch.empty(0, num_agents, dtype=torch.float64)
         self.steps = 0
@@ -76,29 +75,24 @@ class CapabilityTracker:
         return torch.stack(out).float()
 
     def omega_matrix(self) -> Tensor:
-        """float[N, N] with [k, j] = ω^(k,j) = clamp(P̂_k / P̂_j); all ones during warm-up."""
-        if self.warmup_steps and self.steps <= self.warmup_steps:
-            return torch.ones(self.num_agents, self.num_agents)
-        cap_N = self.capability
-        return (cap_N[:, None] / cap_N[None, :]).clamp(self.ratio_min, self.ratio_max)
-
-    def omega(self, learner: int, source: int) -> Tensor:
-        """ω^(learner, source) = clamp(P̂_learner / P̂_source, ratio_min, ratio_max), a 0-d tensor."""
-        return self.omega_matrix()[learner, source]
+        """float[N, N] with [k, j] = ω^(k,j) = clamp(P̂_k / P̂_j) (``hacrl.core.omega_matrix`` of ``capability``)."""
+        return omega_matrix(self.capability, ratio_min=self.ratio_min, ratio_max=self.ratio_max, floor=self.floor)
 
     def state_dict(self) -> dict:
         return {
             "history": self.history_SN.clone(),
             "steps": self.steps,
             "config": {"num_agents": self.num_agents, "window": self.window, "floor": self.floor,
-                       "ratio_min": self.ratio_min, "ratio_max": self.ratio_max,
-                       "warmup_steps": self.warmup_steps},
+                       "ratio_min": self.ratio_min, "ratio_max": self.ratio_max},
         }
 
     def load_state_dict(self, state: dict) -> None:
         mine = self.state_dict()["config"]
-        if state["config"] != mine:
-            raise ValueError(f"capability tracker config mismatch: checkpoint {state['config']} vs current {mine}")
+        theirs = dict(state["config"])
+        if theirs.get("warmup_steps", 0) == 0:  # checkpoints before warm-up was removed say warmup_steps: 0
+            theirs.pop("warmup_steps", None)
+        if theirs != mine:
+            raise ValueError(f"capability tracker config mismatch: checkpoint {theirs} vs current {mine}")
         history = torch.as_tensor(state["history"], dtype=torch.float64)
         if history.dim() != 2 or history.shape[1] != self.num_agents:
             raise ValueError(f"capability history has shape {tuple(history.shape)}, expected [*, {self.num_agents}]")

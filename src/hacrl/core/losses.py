@@ -1,7 +1,10 @@
 """Policy losses: HACPO (paper Appendix E), GSPO and GRPO baselines, and the reference KL term.
 
-Every loss takes the learner's current token log-probs in its own tokenization (``logp_BT``, with
-``mask_BT`` marking answer tokens), computes in float32 whatever the input dtype, and returns
+Every entry of ``POLICY_LOSSES`` has one signature (``PolicyLoss``): a ``LossInputs`` holding the rows'
+tensors (the learner's current token log-probs in its own tokenization, the answer mask, π_old, advantages,
+which rows are the learner's own, ω, the reference's log-probs) and the same keyword settings, so the learner
+calls whichever the algorithm names without knowing which it is. GSPO is HACPO's loss with every row own,
+computed by the same code. Each loss computes in float32 whatever the input dtype and returns
 ``(loss, metrics)``: a scalar to minimise and a dict of detached tensors (no ``.item()``). The loss is
 the negative mean over the minibatch's sequences, so a minibatch split into micro-batches whose losses
 are weighted by their share of sequences gives exactly the full minibatch's gradient.
@@ -15,44 +18,84 @@ Departures from the paper (as in the authors' code, see docs/architecture.md):
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import Protocol
+
 import torch
 from torch import Tensor
 
 from hacrl.registry import Registry
 
-AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
+AGGREGATIONS = ("seq-mean-token-mean",)
 
-POLICY_LOSSES: Registry = Registry("policy loss")
+
+@dataclass(frozen=True)
+class LossInputs:
+    """One minibatch (or micro-batch) of a learner's rows, as every policy loss reads it.
+
+    Args:
+        logp_BT: float[B, T], the learner's current token log-probs, in its own tokenization.
+        mask_BT: [B, T], 1 on answer tokens.
+        advantages_B: float[B], the learner's advantages.
+        old_logp_mean_B: float[B]; own answers: the learner's rollout-time mean token log-prob; other
+            agents' answers: the source's rollout-time mean token log-prob over the source's tokens.
+            Needed by the sequence-level losses (hacpo, gspo).
+        own_B: bool[B], the learner wrote the answer; None: every row is the learner's own.
+        omega_B: float[B], ω^(source, learner) = P̂_source / P̂_learner (clamped) of cross answers, ignored
+            on own answers; None: 1 everywhere.
+        old_logp_BT: float[B, T], rollout-time token log-probs under the answer tokens (own answers only).
+            Needed by the token-level loss (grpo).
+        ref_logp_BT: float[B, T], reference-model log-probs for the KL term, or None (no KL term).
+    """
+
+    logp_BT: Tensor
+    mask_BT: Tensor
+    advantages_B: Tensor
+    old_logp_mean_B: Tensor | None = None
+    own_B: Tensor | None = None
+    omega_B: Tensor | None = None
+    old_logp_BT: Tensor | None = None
+    ref_logp_BT: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.logp_BT.shape)
+        if self.logp_BT.dim() != 2 or tuple(self.mask_BT.shape) != shape:
+            raise ValueError(f"logp and mask must be [B, T] of one shape, got {shape} and {tuple(self.mask_BT.shape)}")
+        if shape[0] == 0:
+            raise ValueError("empty minibatch: logp has no sequences")
+        for name in ("advantages_B", "old_logp_mean_B", "own_B", "omega_B"):
+            t = getattr(self, name)
+            if t is not None and tuple(t.shape) != shape[:1]:
+                raise ValueError(f"{name} must be [{shape[0]}], got {tuple(t.shape)}")
+        for name in ("old_logp_BT", "ref_logp_BT"):
+            t = getattr(self, name)
+            if t is not None and tuple(t.shape) != shape:
+                raise ValueError(f"{name} must match logp's shape {shape}, got {tuple(t.shape)}")
+
+
+class PolicyLoss(Protocol):
+    """The one signature of every ``POLICY_LOSSES`` entry: the rows, then keyword settings (a loss ignores
+    the settings of answers it has none of: gspo and grpo treat every row as the learner's own)."""
+
+    def __call__(self, inputs: LossInputs, *, clip_low: float, clip_high: float, alpha: float = 1.0,
+                 cross_lower: float = 0.8, cross_clip: bool = True, max_log_ratio: float = 10.0,
+                 kl_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
 def aggregate(x_BT: Tensor, mask_BT: Tensor, *, mode: str) -> Tensor:
     """Reduce per-token values to a scalar, naming the normalisation.
 
-    - ``seq-mean-token-mean``: mean over each sequence's tokens, then over sequences (GSPO, HACPO);
-      a sequence without tokens counts as 0.
-    - ``token-mean``: mean over all tokens of the batch.
-    - ``seq-mean-token-sum``: sum over each sequence's tokens, then mean over sequences.
+    - ``seq-mean-token-mean``: mean over each sequence's tokens, then over sequences (GSPO, HACPO, GRPO
+      here); a sequence without tokens counts as 0.
     """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation mode {mode!r}; valid: {', '.join(AGGREGATIONS)}")
     m_BT = mask_BT.to(x_BT.dtype)
     x_BT = torch.where(mask_BT.bool(), x_BT, torch.zeros_like(x_BT))  # padding may hold -inf / NaN
-    if mode == "seq-mean-token-mean":
-        return (x_BT.sum(-1) / m_BT.sum(-1).clamp_min(1)).mean()
-    if mode == "token-mean":
-        return x_BT.sum() / m_BT.sum().clamp_min(1)
-    if mode == "seq-mean-token-sum":
-        return x_BT.sum(-1).mean()
-    raise ValueError(f"unknown aggregation mode {mode!r}; valid: {', '.join(AGGREGATIONS)}")
-
-
-def _check_shapes(logp_BT: Tensor, mask_BT: Tensor, **per_seq: Tensor | None) -> None:
-    if logp_BT.dim() != 2 or mask_BT.shape != logp_BT.shape:
-        raise ValueError(f"logp and mask must be [B, T] of one shape, got {tuple(logp_BT.shape)} "
-                         f"and {tuple(mask_BT.shape)}")
-    if logp_BT.shape[0] == 0:
-        raise ValueError("empty minibatch: logp has no sequences")
-    for name, t in per_seq.items():
-        if t is not None and tuple(t.shape) != (logp_BT.shape[0],):
-            raise ValueError(f"{name} must be [{logp_BT.shape[0]}], got {tuple(t.shape)}")
+    return (x_BT.sum(-1) / m_BT.sum(-1).clamp_min(1)).mean()
 
 
 def sequence_log_ratio(
@@ -106,8 +149,6 @@ def _kl_term(
     zero = logp_BT.new_zeros((), dtype=torch.float32)
     if ref_logp_BT is None or kl_coef == 0.0:
         return zero, zero
-    if ref_logp_BT.shape != logp_BT.shape:
-        raise ValueError(f"ref_logp must match logp's shape {tuple(logp_BT.shape)}, got {tuple(ref_logp_BT.shape)}")
     m_BT = mask_BT.bool()
     kl_B = torch.where(m_BT, kl_k3(logp_BT, ref_logp_BT), 0.0).sum(-1) / m_BT.sum(-1).clamp_min(1)
     # Dividing by B (not by the number of own sequences) keeps micro-batch accumulation exact.
@@ -125,67 +166,56 @@ def _own_objective(s_B: Tensor, adv_B: Tensor, clip_low: float, clip_high: float
 
 @POLICY_LOSSES.register("hacpo")
 def hacpo_loss(
-    logp: Tensor,
-    mask: Tensor,
-    old_logp_mean: Tensor,
-    advantages: Tensor,
-    is_own: Tensor,
-    omega: Tensor,
+    inputs: LossInputs,
     *,
     clip_low: float,
     clip_high: float,
-    alpha: float,
-    cross_lower: float,
-    cross_upper: float = 1.0,
+    alpha: float = 1.0,
+    cross_lower: float = 0.8,
     cross_clip: bool = True,
     max_log_ratio: float = 10.0,
-    ref_logp: Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """HACPO loss for one learner over a minibatch of its own and other agents' answers (App. E).
 
     Args:
-        logp: float[B, T], the learner's current token log-probs, in its own tokenization.
-        mask: [B, T], 1 on answer tokens.
-        old_logp_mean: float[B]; own answers: the learner's rollout-time mean token log-prob; other
-            agents' answers: the source's rollout-time mean token log-prob over the source's tokens.
-        advantages: float[B], the learner's advantages (``hacpo_advantages``).
-        is_own: bool[B], the learner wrote the answer.
-        omega: float[B], ω^(source, learner) = P̂_source / P̂_learner (clamped) for cross answers;
-            ignored for own answers. Pass ones for the "−ω" ablation.
+        inputs: the rows (``LossInputs``); needs ``old_logp_mean_B``. ``own_B`` None: every row own (GSPO);
+            ``omega_B`` None: ω = 1 (the "−ω" ablation).
         clip_low, clip_high: GSPO's clip radii for own answers (paper: 3e-4, 4e-4).
-        alpha: exponent of the detached exponential-IS weight; 0 switches it off.
-        cross_lower: lower clip bound of cross ratios, ``stepwise_lower_bound(m, ...)``.
-        cross_upper: upper clip bound of cross ratios (1 in the paper).
+        alpha: exponent of the detached exponential-IS weight; 0 switches it off (paper: 1).
+        cross_lower: lower clip bound ℓ_m of cross ratios, ``stepwise_lower_bound(m, ...)``; the upper one
+            is 1. The default is the paper's ℓ_0 = 1 − 0.2.
         cross_clip: False removes the cross clip altogether (the paper's "no Clip" ablation).
         max_log_ratio: clamp of the sequence log-ratio before ``exp``.
-        ref_logp: float[B, T] reference-model log-probs for the KL term on own answers, or None.
-        kl_coef: β of the k3 KL term.
+        kl_coef: β of the k3 KL term on own answers (needs ``ref_logp_BT``).
 
     Returns:
         (loss, metrics). loss = −mean_i J_i (+ β·KL on own answers), with
         own:   J_i = min(s_i A_i, clip(s_i, 1−ε_l, 1+ε_h) A_i)
-        cross: J_i = c_i · sg(c_i)^α · ω_i · A_i,  c_i = clip(s_i, cross_lower, cross_upper).
+        cross: J_i = c_i · sg(c_i)^α · ω_i · A_i,  c_i = clip(s_i, cross_lower, 1).
     """
-    _check_shapes(logp, mask, old_logp_mean=old_logp_mean, advantages=advantages, is_own=is_own, omega=omega)
-    if cross_clip and cross_lower > cross_upper:
-        raise ValueError(f"cross_lower={cross_lower} exceeds cross_upper={cross_upper}")
-    adv_B = advantages.float()
-    own_B = is_own.bool()
-    log_ratio_B, nonempty_B = sequence_log_ratio(logp, mask, old_logp_mean, max_log_ratio=max_log_ratio)
+    if inputs.old_logp_mean_B is None:
+        raise ValueError("hacpo/gspo need old_logp_mean_B, the rollout-time mean token log-prob of each row")
+    if cross_clip and cross_lower > 1.0:
+        raise ValueError(f"cross_lower={cross_lower} exceeds the cross window's upper bound 1")
+    logp, mask = inputs.logp_BT, inputs.mask_BT
+    adv_B = inputs.advantages_B.float()
+    own_B = inputs.own_B.bool() if inputs.own_B is not None else torch.ones_like(adv_B, dtype=torch.bool)
+    omega_B = inputs.omega_B.float() if inputs.omega_B is not None else torch.ones_like(adv_B)
+    log_ratio_B, nonempty_B = sequence_log_ratio(logp, mask, inputs.old_logp_mean_B, max_log_ratio=max_log_ratio)
     s_B = torch.exp(log_ratio_B)
 
     # eqs. 47-49: own answers, GSPO's clipped surrogate
     own_obj_B, own_clipped_B = _own_objective(s_B, adv_B, clip_low, clip_high)
 
     # eqs. 50-52: other agents' answers, clip(s, ℓ_m, 1) · sg(clip(s, ℓ_m, 1))^α · ω^(j,k) · A
-    c_B = s_B.clamp(cross_lower, cross_upper) if cross_clip else s_B
-    cross_obj_B = c_B * c_B.detach().pow(alpha) * omega.float() * adv_B
+    c_B = s_B.clamp(cross_lower, 1.0) if cross_clip else s_B
+    cross_obj_B = c_B * c_B.detach().pow(alpha) * omega_B * adv_B
 
     obj_B = torch.where(own_B, own_obj_B, cross_obj_B)
     obj_B = torch.where(nonempty_B, obj_B, torch.zeros_like(obj_B))
     pg_loss = -obj_B.mean()
-    kl_penalty, kl_mean = _kl_term(logp, mask, ref_logp, kl_coef, own_B & nonempty_B)
+    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, own_B & nonempty_B)
 
     cross_B = ~own_B & nonempty_B
     s_det_B = s_B.detach()
@@ -196,8 +226,8 @@ def hacpo_loss(
         "self/clip_frac": _masked_mean(own_clipped_B, own_B & nonempty_B),
         "cross/ratio_mean": _masked_mean(s_det_B, cross_B),
         "cross/clip_low_frac": _masked_mean(s_det_B < cross_lower, cross_B),
-        "cross/clip_high_frac": _masked_mean(s_det_B > cross_upper, cross_B),
-        "cross/in_window_frac": _masked_mean((s_det_B >= cross_lower) & (s_det_B <= cross_upper), cross_B),
+        "cross/clip_high_frac": _masked_mean(s_det_B > 1.0, cross_B),
+        "cross/in_window_frac": _masked_mean((s_det_B >= cross_lower) & (s_det_B <= 1.0), cross_B),
         "count/own": (own_B & nonempty_B).sum(),
         "count/cross": cross_B.sum(),
         "count/empty": (~nonempty_B).sum(),
@@ -205,74 +235,65 @@ def hacpo_loss(
     return pg_loss + kl_penalty, metrics
 
 
+OWN_METRICS = ("pg_loss", "kl", "self/ratio_mean", "self/clip_frac", "count/own", "count/empty")
+
+
 @POLICY_LOSSES.register("gspo")
 def gspo_loss(
-    logp: Tensor,
-    mask: Tensor,
-    old_logp_mean: Tensor,
-    advantages: Tensor,
+    inputs: LossInputs,
     *,
     clip_low: float,
     clip_high: float,
+    alpha: float = 1.0,
+    cross_lower: float = 0.8,
+    cross_clip: bool = True,
     max_log_ratio: float = 10.0,
-    ref_logp: Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """GSPO: sequence-level ratio s_i = exp(mean log π_θ − old mean), symmetric clipped surrogate.
+    """GSPO: ``hacpo_loss`` with every row the learner's own, so the sequence ratio
+    s_i = exp(mean log π_θ − old mean) enters the symmetric clipped surrogate for every answer, and the KL
+    term covers every answer. The cross settings (``alpha``, ``cross_lower``, ``cross_clip``) and ``own_B``,
+    ``omega_B`` have no effect. Used for gspo / gspo×2 and, on the joint pool, for the ``naive`` collaborator.
 
-    Used for the gspo / gspo×2 baselines and, on the joint pool, for the ``naive`` collaborator.
-    Arguments as in ``hacpo_loss``; every answer is treated as the learner's own.
+    Returns the metrics of own answers only (``OWN_METRICS``).
     """
-    _check_shapes(logp, mask, old_logp_mean=old_logp_mean, advantages=advantages)
-    log_ratio_B, nonempty_B = sequence_log_ratio(logp, mask, old_logp_mean, max_log_ratio=max_log_ratio)
-    s_B = torch.exp(log_ratio_B)
-    obj_B, clipped_B = _own_objective(s_B, advantages.float(), clip_low, clip_high)
-    obj_B = torch.where(nonempty_B, obj_B, torch.zeros_like(obj_B))
-    pg_loss = -obj_B.mean()
-    kl_penalty, kl_mean = _kl_term(logp, mask, ref_logp, kl_coef, nonempty_B)
-    metrics = {
-        "pg_loss": pg_loss.detach(),
-        "kl": kl_mean,
-        "self/ratio_mean": _masked_mean(s_B.detach(), nonempty_B),
-        "self/clip_frac": _masked_mean(clipped_B, nonempty_B),
-        "count/own": nonempty_B.sum(),
-        "count/empty": (~nonempty_B).sum(),
-    }
-    return pg_loss + kl_penalty, metrics
+    loss, metrics = hacpo_loss(replace(inputs, own_B=None, omega_B=None), clip_low=clip_low, clip_high=clip_high,
+                               alpha=alpha, cross_lower=cross_lower, cross_clip=cross_clip,
+                               max_log_ratio=max_log_ratio, kl_coef=kl_coef)
+    return loss, {k: metrics[k] for k in OWN_METRICS}
 
 
 @POLICY_LOSSES.register("grpo")
 def grpo_loss(
-    logp: Tensor,
-    mask: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
+    inputs: LossInputs,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.28,
+    clip_low: float,
+    clip_high: float,
+    alpha: float = 1.0,
+    cross_lower: float = 0.8,
+    cross_clip: bool = True,
     max_log_ratio: float = 10.0,
-    ref_logp: Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO with DAPO's clip-higher: token-level ratios r_t = π_θ(y_t)/π_old(y_t), clipped surrogate
-    min(r_t A, clip(r_t, 1−ε_l, 1+ε_h) A), aggregated seq-mean-token-mean.
+    min(r_t A, clip(r_t, 1−ε_l, 1+ε_h) A), aggregated seq-mean-token-mean (DAPO's radii are 0.2 / 0.28).
 
-    Args:
-        old_logp: float[B, T], rollout-time token log-probs of the same tokens.
+    Needs ``inputs.old_logp_BT`` (the rollout-time log-probs of the same tokens). Every row counts as the
+    learner's own: ``own_B``, ``omega_B``, ``old_logp_mean_B`` and the cross settings have no effect.
     """
-    _check_shapes(logp, mask, advantages=advantages)
-    if old_logp.shape != logp.shape:
-        raise ValueError(f"old_logp must match logp's shape {tuple(logp.shape)}, got {tuple(old_logp.shape)}")
+    logp, mask, old_logp = inputs.logp_BT, inputs.mask_BT, inputs.old_logp_BT
+    if old_logp is None:
+        raise ValueError("grpo needs old_logp_BT, the rollout-time token log-probs of the learner's own answers")
     m_BT = mask.float()
     valid_BT = mask.bool()
     log_r_BT = torch.where(valid_BT, logp.float() - old_logp.float(), 0.0).clamp(-max_log_ratio, max_log_ratio)
     r_BT = torch.exp(log_r_BT)
-    adv_B1 = advantages.float()[:, None]
+    adv_B1 = inputs.advantages_B.float()[:, None]
     clipped_BT = r_BT.clamp(1.0 - clip_low, 1.0 + clip_high)
     obj_BT = torch.minimum(r_BT * adv_B1, clipped_BT * adv_B1)
     pg_loss = -aggregate(obj_BT, m_BT, mode="seq-mean-token-mean")
     nonempty_B = m_BT.sum(-1) > 0
-    kl_penalty, kl_mean = _kl_term(logp, mask, ref_logp, kl_coef, nonempty_B)
+    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, nonempty_B)
     n_tokens = m_BT.sum().clamp_min(1)
     metrics = {
         "pg_loss": pg_loss.detach(),

@@ -6,12 +6,16 @@
 | gspo            | G per agent, private  | own G                                                   |
 | gspo2x          | 2G per agent, private | own 2G (the paper's GSPO×2: same updates as hacpo, N=2) |
 | naive           | G per agent, shared   | the joint pool, plain GSPO, no corrections              |
-| grpo            | G per agent, private  | own G, token-level ratio (ε 0.2 / 0.28)                 |
+| grpo            | G per agent, private  | own G, token-level ratio (default ε 0.2 / 0.28)         |
 | hacpo-noadv     | as hacpo              | plain joint-mean baseline (the paper's "−Adv")          |
 | hacpo-noomega   | as hacpo              | ω = 1 in the update, kept in the baseline ("−ω")        |
 | hacpo-alpha0    | as hacpo              | α = 0 (no exponential IS)                               |
 | hacpo-nostep    | as hacpo              | fixed cross window [1−δ, 1] ("no Stepwise")             |
 | hacpo-noclip    | as hacpo              | no cross clipping at all ("no Clip")                    |
+
+Every loss of ``hacrl.core.POLICY_LOSSES`` takes the same inputs and settings; ``cross_as_own`` and
+``token_level`` only say what the learner puts into them. The clip radii ε_low / ε_high are ``algorithm.clip_low`` / ``clip_high``, whose default
+depends on the algorithm (``hacrl.config.CLIP_DEFAULTS``: GSPO's 3e-4 / 4e-4, grpo 0.2 / 0.28).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class Algorithm:
     alpha_zero: bool = False
     stepwise: bool = True
     cross_clip: bool = True
+    cross_as_own: bool = False  # other agents' answers train as the learner's own (naive): KL on them too
+    token_level: bool = False  # the loss needs π_old per token (own rollout log-probs), not just its mean
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
@@ -41,8 +47,8 @@ for _algo in (
     Algorithm("hacpo", shares_pool=True, advantage="hacpo", loss="hacpo"),
     Algorithm("gspo", shares_pool=False, advantage="group", loss="gspo"),
     Algorithm("gspo2x", shares_pool=False, advantage="group", loss="gspo", rollout_multiplier=2),
-    Algorithm("naive", shares_pool=True, advantage="group", loss="gspo"),
-    Algorithm("grpo", shares_pool=False, advantage="group", loss="grpo"),
+    Algorithm("naive", shares_pool=True, advantage="group", loss="gspo", cross_as_own=True),
+    Algorithm("grpo", shares_pool=False, advantage="group", loss="grpo", token_level=True),
     Algorithm("hacpo-noadv", shares_pool=True, advantage="hacpo", loss="hacpo", capability_aware=False),
     Algorithm("hacpo-noomega", shares_pool=True, advantage="hacpo", loss="hacpo", use_omega=False),
     Algorithm("hacpo-alpha0", shares_pool=True, advantage="hacpo", loss="hacpo", alpha_zero=True),

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from hacrl.agents.agent import Agent, token_logprobs
 from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_shared_prompt
-from hacrl.core import POLICY_LOSSES, group_advantages, hacpo_advantages, stepwise_lower_bound
+from hacrl.core import POLICY_LOSSES, LossInputs, group_advantages, hacpo_advantages, stepwise_lower_bound
 from hacrl.learner.algorithms import Algorithm
 from hacrl.learner.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
 from hacrl.pool import TrajectoryPool
@@ -98,6 +98,10 @@ def minibatches(rows: list[ViewRow], minibatch_size: int, rows_per_prompt: int, 
 
 @dataclass(frozen=True)
 class LossSettings:
+    """The run's loss settings (``algorithm`` section and the agent's ``kl_coef``). ``clip_low`` /
+    ``clip_high`` reach every algorithm's loss as given: their per-algorithm defaults (GSPO's 3e-4 / 4e-4,
+    grpo's 0.2 / 0.28) are filled in by the config (``hacrl.config.CLIP_DEFAULTS``)."""
+
     clip_low: float
     clip_high: float
     alpha: float
@@ -107,23 +111,40 @@ class LossSettings:
     kl_coef: float
 
 
-def _loss_kwargs(algo: Algorithm, s: LossSettings, m: int) -> dict:
-    if algo.loss == "grpo":
-        return {"clip_low": 0.2, "clip_high": 0.28, "max_log_ratio": s.max_log_ratio}
-    kwargs = {"clip_low": s.clip_low, "clip_high": s.clip_high, "max_log_ratio": s.max_log_ratio}
-    if algo.loss == "hacpo":
-        lb = stepwise_lower_bound(m if algo.stepwise else 0, delta=s.delta, delta_step=s.delta_step)
-        kwargs.update(alpha=0.0 if algo.alpha_zero else s.alpha, cross_lower=lb, cross_clip=algo.cross_clip)
-    return kwargs
+def loss_settings(algo: Algorithm, s: LossSettings, m: int) -> dict[str, Any]:
+    """The keyword settings of the policy loss at optimizer step ``m`` of the learner's update: the same
+    keys for every loss, the ablation switches applied (α = 0, ℓ fixed at ℓ_0, no cross clip)."""
+    lower = stepwise_lower_bound(m if algo.stepwise else 0, delta=s.delta, delta_step=s.delta_step)
+    return {"clip_low": s.clip_low, "clip_high": s.clip_high, "alpha": 0.0 if algo.alpha_zero else s.alpha,
+            "cross_lower": lower, "cross_clip": algo.cross_clip, "max_log_ratio": s.max_log_ratio,
+            "kl_coef": s.kl_coef}
 
 
 def _old_token_logps(rows: list[ViewRow], answer_mask_BT: Tensor) -> Tensor:
+    """float[B, T]: each row's rollout-time token log-probs under its answer tokens (``answer_mask_BT``), 0
+    elsewhere."""
     old_BT = torch.zeros(answer_mask_BT.shape)
     for i, r in enumerate(rows):
         if r.old_token_logps is None:
             raise ValueError("token-level losses need the learner's own rollout log-probs")
         old_BT[i, answer_mask_BT[i]] = torch.tensor(r.old_token_logps, dtype=torch.float32)
     return old_BT
+
+
+def loss_inputs(micro: list[ViewRow], algo: Algorithm, logp_BT: Tensor, answer_mask_BT: Tensor,
+                ref_BT: Tensor | None) -> LossInputs:
+    """The policy loss's view of a micro-batch: its rows' tensors on the log-probs' device."""
+    device = logp_BT.device
+    return LossInputs(
+        logp_BT=logp_BT,
+        mask_BT=answer_mask_BT.to(device),
+        advantages_B=torch.tensor([r.advantage for r in micro], device=device),
+        old_logp_mean_B=torch.tensor([r.old_logp_mean for r in micro], device=device),
+        own_B=torch.tensor([r.is_own or algo.cross_as_own for r in micro], device=device),
+        omega_B=torch.tensor([r.omega for r in micro], device=device),
+        old_logp_BT=_old_token_logps(micro, answer_mask_BT).to(device) if algo.token_level else None,
+        ref_logp_BT=ref_BT,
+    )
 
 
 def update_learner(
@@ -155,7 +176,7 @@ def update_learner(
     clock = PhaseClock()
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
-        kwargs = _loss_kwargs(algo, settings, m)
+        kwargs = loss_settings(algo, settings, m)
         starts = list(range(0, len(mb), micro_batch_size))
         # sharded: every rank runs as many passes (forward and backward are collectives); a rank short of
         # a micro-batch repeats its first one with weight 0 (a padding pass, metrics dropped)
@@ -165,27 +186,13 @@ def update_learner(
             pad = j >= len(starts[rank::world])
             start = mine[0] if pad else mine[j]
             micro = mb[start : start + micro_batch_size]
-            device = agent.device
             use_ref = settings.kl_coef > 0 and agent.ref_model is not None
-            # HACPO's KL term is on own answers only: the reference runs on those rows (all of them when
-            # sharded, where every rank must run the same passes)
-            ref_rows = ([r.is_own or algo.loss != "hacpo" or sharded for r in micro] if use_ref else
+            # the KL term is on the learner's own answers only: the reference runs on those rows (all of them
+            # when sharded, where every rank must run the same passes)
+            ref_rows = ([r.is_own or algo.cross_as_own or sharded for r in micro] if use_ref else
                         [False] * len(micro))
             logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, ref_rows, clock)
-            mask_BT = answer_mask_BT.to(device)
-            adv_B = torch.tensor([r.advantage for r in micro], device=device)
-            common = {"ref_logp": ref_BT, "kl_coef": settings.kl_coef if ref_BT is not None else 0.0, **kwargs}
-            if algo.loss == "grpo":
-                old_BT = _old_token_logps(micro, answer_mask_BT).to(device)
-                loss, metrics = loss_fn(logp_BT, mask_BT, old_BT, adv_B, **common)
-            else:
-                old_B = torch.tensor([r.old_logp_mean for r in micro], device=device)
-                if algo.loss == "hacpo":
-                    own_B = torch.tensor([r.is_own for r in micro], device=device)
-                    omega_B = torch.tensor([r.omega for r in micro], device=device)
-                    loss, metrics = loss_fn(logp_BT, mask_BT, old_B, adv_B, own_B, omega_B, **common)
-                else:
-                    loss, metrics = loss_fn(logp_BT, mask_BT, old_B, adv_B, **common)
+            loss, metrics = loss_fn(loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT), **kwargs)
             # weight by the micro-batch's share of the minibatch: the sum equals the minibatch's mean loss
             with clock("backward"):
                 (loss * (0.0 if pad else len(micro) / len(mb))).backward()
