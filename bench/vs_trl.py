@@ -212,7 +212,7 @@ def add2_exact(completions: list[str], answer: list[str], problem_id: list[str],
     from hacrl.data.tasks import Problem, get_task
 
     task = _TASK.setdefault("add2", get_task("add2"))
-    return [task.reward(c, Problem(i, pr, ans))
+    return [task.reward(c, Problem(i, pr, ans).as_sample())
             for c, ans, i, pr in zip(completions, answer, problem_id, prompts, strict=True)]
 
 

@@ -316,17 +316,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     raise  # an agent of --run: agents.<id>.model names it
                 raise InputError(str(exc).replace(f"agents.{agent_id}.model:", f"--model {args.model[i - len(models)]}:",
                                                   1)) from None
-            for name, problems, score in suites:
+            for name, problems, scorer in suites:
                 start = time.perf_counter()
-                res = evaluate_agent(agent, problems, score, engine, max_new_tokens=max_new, k=args.k,
+                res = evaluate_agent(agent, problems, scorer.score_problems, engine, max_new_tokens=max_new, k=args.k,
                                      batch_size=args.batch_size)
                 records.append({"benchmark": name, **res.as_dict()})
                 print(f"eval: {agent_id} on {name}: greedy {res.greedy_acc:.3f} over {res.n} problems "
                       f"({time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
             del agent
     finally:
-        for _, _, score in suites:
-            score.close()
+        for _, _, scorer in suites:
+            scorer.close()
     names = [name for name, _, _ in suites]
     tables = suite_tables(records, names)
     if json_out is not None:
@@ -403,20 +403,7 @@ def _run_config(run: Path) -> dict[str, Any]:
     return cfg.model_dump(mode="json")
 
 
-class _Scorer:
-    """score(texts, problems) for evaluate_agent, plus close()."""
-
-    def __init__(self, scorer: Any, to_sample: Any) -> None:
-        self.scorer, self.to_sample = scorer, to_sample
-
-    def __call__(self, texts: list[str], problems: list[Any]) -> Any:
-        return self.scorer.score(texts, [self.to_sample(p) for p in problems])
-
-    def close(self) -> None:
-        self.scorer.close()
-
-
-def _eval_suites(args: argparse.Namespace, run_cfg: dict | None) -> list[tuple[str, list[Any], _Scorer]]:
+def _eval_suites(args: argparse.Namespace, run_cfg: dict | None) -> list[tuple[str, list[Any], Any]]:
     """(name, problems, scorer) for the task (``--task``, or the run's task without ``--benchmark``) and each
     ``--benchmark NAME=PATH`` (the paper's prompt template, the math reward under a time limit)."""
     from dataclasses import replace
@@ -425,7 +412,7 @@ def _eval_suites(args: argparse.Namespace, run_cfg: dict | None) -> list[tuple[s
     from hacrl.data.datasets import PAPER_TEMPLATE
     from hacrl.rewards import RewardScorer
 
-    suites: list[tuple[str, list[Any], _Scorer]] = []
+    suites: list[tuple[str, list[Any], Any]] = []
     if args.task or not args.benchmark:
         suites.append(_task_suite(args, run_cfg))
     if args.benchmark:  # graded by the math reward: say once if math-verify is missing
@@ -445,17 +432,14 @@ def _eval_suites(args: argparse.Namespace, run_cfg: dict | None) -> list[tuple[s
         except InputError as exc:
             raise ConfigError(f"--benchmark {item}: {exc}") from None
         problems = [replace(p, prompt=PAPER_TEMPLATE.replace("{question}", p.prompt)) for p in problems]
-        scorer = RewardScorer("math", timeout_s=args.reward_timeout)
-        to_sample = lambda p: {**p.meta, "answer": p.answer, "prompt": p.prompt}
-        suites.append((key, problems, _Scorer(scorer, to_sample)))
+        suites.append((key, problems, RewardScorer("math", timeout_s=args.reward_timeout)))
     return suites
 
 
-def _task_suite(args: argparse.Namespace, run_cfg: dict | None) -> tuple[str, list[Any], _Scorer]:
+def _task_suite(args: argparse.Namespace, run_cfg: dict | None) -> tuple[str, list[Any], Any]:
     """The held-out split of ``--task`` (a builtin task) or of the run's task, scored as training scores it."""
     from hacrl.config import TaskConfig
-    from hacrl.data.factory import build_task
-    from hacrl.rewards import RewardScorer
+    from hacrl.data.factory import build_task, task_scorer
 
     if args.task or run_cfg is None:
         task_cfg = TaskConfig(name=args.task or "add2")
@@ -464,14 +448,7 @@ def _task_suite(args: argparse.Namespace, run_cfg: dict | None) -> tuple[str, li
         task_cfg = TaskConfig.model_validate(run_cfg["task"])
         seed, max_new = run_cfg["run"]["seed"], run_cfg["rollout"]["max_new_tokens"]
     task = build_task(task_cfg, seed=seed, max_new_tokens=max_new)
-    spec = task_cfg.reward or getattr(task, "reward_spec", None)
-    if spec is None:  # the task's own verifier, inline (as the trainer scores it)
-        scorer = _Scorer(RewardScorer(lambda text, sample: task.reward(text, sample["problem"]), timeout_s=None),
-                         lambda p: {"problem": p})
-    else:
-        scorer = _Scorer(RewardScorer(spec, timeout_s=task_cfg.reward_timeout_s),
-                         lambda p: {**p.meta, "answer": p.answer, "prompt": p.prompt, "problem_id": p.id})
-    return task.name, task.test_problems(args.n), scorer
+    return task.name, task.test_problems(args.n), task_scorer(task, task_cfg)
 
 
 # ---- presets --------------------------------------------------------------------------------------

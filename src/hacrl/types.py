@@ -19,6 +19,15 @@ class Problem:
     answer: str
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
+    def as_sample(self) -> dict[str, Any]:
+        """The ``sample`` every reward function receives (``fn(completion, sample) -> float | None``): the
+        problem's meta fields, then ``prompt``, ``answer`` (the ground truth) and ``problem_id``.
+
+        >>> Problem("add2/07+85", "07+85=", "92", {"a": 7}).as_sample()
+        {'a': 7, 'prompt': '07+85=', 'answer': '92', 'problem_id': 'add2/07+85'}
+        """
+        return {**self.meta, "prompt": self.prompt, "answer": self.answer, "problem_id": self.id}
+
 
 @dataclass(frozen=True)
 class Trajectory:

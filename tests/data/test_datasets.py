@@ -219,8 +219,9 @@ def test_reward_default_math_and_spec():
     task = DatasetTask(many(4), test_fraction=0.5)
     p = task.test_problems(1)[0]
     assert task.reward_spec == "math"
-    assert task.reward(f"so \\boxed{{{p.answer}}}", p) == 1.0 and task.reward("\\boxed{-1}", p) == 0.0
-    assert DatasetTask(many(4), test_fraction=0.5, reward="numeric").reward(f"it is {p.answer}", p) == 1.0
+    sample = p.as_sample()
+    assert task.reward(f"so \\boxed{{{p.answer}}}", sample) == 1.0 and task.reward("\\boxed{-1}", sample) == 0.0
+    assert DatasetTask(many(4), test_fraction=0.5, reward="numeric").reward(f"it is {p.answer}", sample) == 1.0
     with pytest.raises(InputError, match="task reward"):
         DatasetTask(many(4), reward="no-such-reward")
 
@@ -272,11 +273,11 @@ def test_reasoning_gym_task():
     assert stream[:40] != take(task, 1, 40)
     assert not {p.meta["question"] for p in stream} & {p.meta["question"] for p in test}
     p = test[0]
-    assert p.prompt.endswith("\\boxed{}.") and task.reward(f"\\boxed{{{p.answer}}}", p) == 1.0
-    assert task.reward(f"it is {float(p.answer) + 1}", p) == 0.0  # numeric: last number
+    assert p.prompt.endswith("\\boxed{}.") and task.reward(f"\\boxed{{{p.answer}}}", p.as_sample()) == 1.0
+    assert task.reward(f"it is {float(p.answer) + 1}", p.as_sample()) == 0.0  # numeric: last number
     fractions = reasoning_gym_task("fraction_simplification", seed=0, size=20, test_size=5)
     f = fractions.test_problems(1)[0]
-    assert "/" in f.answer and fractions.reward(f"\\boxed{{{f.answer}}}", f) == 1.0
+    assert "/" in f.answer and fractions.reward(f"\\boxed{{{f.answer}}}", f.as_sample()) == 1.0
     with pytest.raises(InputError, match="did you mean: basic_arithmetic"):
         reasoning_gym_task("basic_arithmetc", seed=0, size=5, test_size=2)
     with pytest.raises(InputError, match="rejected its config"):

@@ -95,17 +95,18 @@ def test_examples():
 @pytest.mark.parametrize("name", ALL)
 def test_reward_verdicts(name):
     task = get_task(name)
-    p = task.test_problems(1)[0]
-    wrong = str(int(p.answer) + 1)
-    assert task.reward(p.answer, p) == 1.0
-    assert task.reward(f"  {p.answer}\n", p) == 1.0
-    assert task.reward(wrong, p) == 0.0
-    assert task.reward("0" + p.answer, p) == 0.0
-    assert task.reward(p.answer + p.answer, p) == 0.0
-    assert task.reward(f"{p.answer} {p.answer}", p) == 0.0
-    assert task.reward("", p) == 0.0
-    assert task.reward("garbage ☃ <|eos|>", p) == 0.0
-    assert task.reward(None, p) is None  # type: ignore[arg-type]
+    problem = task.test_problems(1)[0]
+    sample = problem.as_sample()  # the verifier is a reward function: (completion, sample)
+    wrong = str(int(problem.answer) + 1)
+    assert task.reward(problem.answer, sample) == 1.0
+    assert task.reward(f"  {problem.answer}\n", sample) == 1.0
+    assert task.reward(wrong, sample) == 0.0
+    assert task.reward("0" + problem.answer, sample) == 0.0
+    assert task.reward(problem.answer + problem.answer, sample) == 0.0
+    assert task.reward(f"{problem.answer} {problem.answer}", sample) == 0.0
+    assert task.reward("", sample) == 0.0
+    assert task.reward("garbage ☃ <|eos|>", sample) == 0.0
+    assert task.reward(None, sample) is None  # type: ignore[arg-type]
 
 
 def test_problem_is_frozen_and_hashable():
@@ -113,3 +114,26 @@ def test_problem_is_frozen_and_hashable():
     with pytest.raises(AttributeError):
         p.answer = "0"  # type: ignore[misc]
     assert len({p, get_task("add2").test_problems(1)[0]}) == 1
+
+
+def test_one_reward_contract_for_verifiers_and_specs():
+    """A task's verifier and a reward spec are both ``fn(completion, sample)`` with ``sample`` =
+    ``Problem.as_sample()``; task_scorer runs the task's own verifier inline and a spec by name."""
+    from hacrl.config import ConfigError, TaskConfig
+    from hacrl.data.factory import task_scorer
+    from hacrl.rewards import RewardScorer
+
+    task = get_task("add2")
+    problems = task.test_problems(3)
+    answers = [problems[0].answer, "x", f" {problems[2].answer}\n"]
+    with task_scorer(task, TaskConfig()) as own:
+        assert own.timeout_s is None and own.fn == task.reward  # the verifier itself, inline
+        assert own.score_problems(answers, problems).rewards == [1.0, 0.0, 1.0]
+    with task_scorer(task, TaskConfig(reward="exact", reward_timeout_s=None)) as by_name:
+        assert by_name.spec == "exact" and by_name.score_problems(answers, problems).rewards == [1.0, 0.0, 1.0]
+    with pytest.raises(ConfigError, match="task.reward: unknown reward 'no-such'"):
+        task_scorer(task, TaskConfig(reward="no-such"))
+    seen: list[dict] = []
+    RewardScorer(lambda text, sample: seen.append(sample) or 1.0, timeout_s=None).score_problems(["1"], problems[:1])
+    p = problems[0]
+    assert seen == [{**p.meta, "prompt": p.prompt, "answer": p.answer, "problem_id": p.id}]

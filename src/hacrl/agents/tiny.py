@@ -345,4 +345,4 @@ def greedy_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, 
     problems = task.test_problems() if problems is None else problems
     answers = generate_greedy(model, tokenizer, [p.prompt for p in problems],
                               max_new_tokens=task.max_new_tokens, do_sample=do_sample)
-    return sum(task.reward(a, p) or 0.0 for a, p in zip(answers, problems)) / len(problems)
+    return sum(task.reward(a, p.as_sample()) or 0.0 for a, p in zip(answers, problems)) / len(problems)

@@ -241,8 +241,7 @@ class DatasetTask:
             logger.info("task %s has %d test problems; asked for %d", self.name, len(self._test), n)
         return list(self._test if n is None else self._test[:n])
 
-    def reward(self, completion: str, problem: Problem) -> float | None:
-        sample = {**problem.meta, "prompt": problem.prompt, "answer": problem.answer}
+    def reward(self, completion: str, sample: dict[str, Any]) -> float | None:
         return self._reward_fn(completion, sample)
 
     @property

@@ -1,10 +1,16 @@
-"""Build the task a config's ``task`` section describes: builtin, local dataset files, or reasoning-gym."""
+"""Build the task a config's ``task`` section describes (builtin, local dataset files, or reasoning-gym) and
+the scorer of its answers."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hacrl.errors import InputError
+
+if TYPE_CHECKING:
+    from hacrl.config import TaskConfig
+    from hacrl.data.tasks import Task
+    from hacrl.rewards import RewardScorer
 
 
 def build_task(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
@@ -38,3 +44,19 @@ def build_task(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
     if task_cfg.prompt_template is not None:
         kwargs["prompt_template"] = task_cfg.prompt_template
     return reasoning_gym_task(task_cfg.name, **kwargs)
+
+
+def task_scorer(task: Task, task_cfg: TaskConfig) -> RewardScorer:
+    """The ``RewardScorer`` of ``task``'s answers (score them with ``score_problems``): a reward spec
+    (``task.reward``, else the task's ``reward_spec``) in worker processes under ``task.reward_timeout_s``,
+    or the task's own trusted verifier inline. Training and ``hacrl eval`` both score through it."""
+    from hacrl.config import ConfigError
+    from hacrl.rewards import RewardScorer
+
+    spec = task_cfg.reward or task.reward_spec
+    if spec is None:
+        return RewardScorer(task.reward, timeout_s=None)
+    try:
+        return RewardScorer(spec, timeout_s=task_cfg.reward_timeout_s)
+    except ValueError as exc:
+        raise ConfigError(f"task.reward: {exc}") from None

@@ -84,17 +84,16 @@ class ReasoningGymTask:
     def test_problems(self, n: int | None = None) -> list[Problem]:
         return list(self._test if n is None else self._test[:n])
 
-    def reward(self, completion: str, problem: Problem) -> float | None:
-        sample = {**problem.meta, "prompt": problem.prompt, "answer": problem.answer}
+    def reward(self, completion: str, sample: dict[str, Any]) -> float | None:
+        """``sample`` is a problem's ``as_sample()``: its meta carries reasoning-gym's question and metadata."""
         if self._reward_fn is not None:
             return self._reward_fn(completion, sample)
-        if _is_number(problem.answer):
+        if _is_number(sample["answer"]):
             return self._numeric(completion, sample)
         from hacrl.rewards.math_reward import last_boxed
 
         guess = last_boxed(completion)
-        entry = {"question": problem.meta["question"], "answer": problem.answer,
-                 "metadata": problem.meta["metadata"]}
+        entry = {"question": sample["question"], "answer": sample["answer"], "metadata": sample["metadata"]}
         return float(self._train_ds.score_answer(guess if guess is not None else completion.strip(), entry))
 
 

@@ -15,8 +15,8 @@ minutes; tokenizers should split digits individually.
 Registry: ``TASKS.get("add2")()`` returns a :class:`Task`. Only the standard library is used.
 
 >>> task = TASKS.get("add2")()
->>> p = task.test_problems(1)[0]
->>> task.reward(p.answer, p), task.reward(" " + p.answer + "\\n", p), task.reward("x", p)
+>>> sample = task.test_problems(1)[0].as_sample()
+>>> task.reward(sample["answer"], sample), task.reward(f" {sample['answer']}\\n", sample), task.reward("x", sample)
 (1.0, 1.0, 0.0)
 """
 
@@ -36,19 +36,31 @@ __all__ = ["TASKS", "ArithmeticTask", "Problem", "Task", "exact_match", "get_tas
 
 @runtime_checkable
 class Task(Protocol):
-    """What the trainer needs from a task."""
+    """What the trainer needs from a task.
 
-    name: str
-    max_new_tokens: int
+    ``reward`` is the task's verifier, a reward function like any other (``hacrl.rewards``): it gets an
+    answer and its problem's ``Problem.as_sample()``. ``reward_spec`` names it for a fresh process (a
+    registry name or ``module:function``): the trainer then scores in worker processes under
+    ``task.reward_timeout_s``; None marks a trusted, cheap verifier, scored inline.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_new_tokens(self) -> int: ...
+
+    @property
+    def reward_spec(self) -> str | None: ...
 
     def train_problems(self, seed: int) -> Iterator[Problem]: ...
 
     def test_problems(self, n: int | None = None) -> list[Problem]: ...
 
-    def reward(self, completion: str, problem: Problem) -> float | None: ...
+    def reward(self, completion: str, sample: dict[str, Any]) -> float | None: ...
 
 
-def exact_match(completion: str, answer: str) -> float | None:
+def exact_match(completion: str, answer: str | None) -> float | None:
     """1.0 if ``completion`` equals ``answer`` after stripping whitespace, else 0.0; None if unscorable.
 
     >>> exact_match(" 92\\n", "92"), exact_match("092", "92"), exact_match("92 93", "92")
@@ -122,8 +134,10 @@ class ArithmeticTask:
                 out.append(problem)
         return out
 
-    def reward(self, completion: str, problem: Problem) -> float | None:
-        return exact_match(completion, problem.answer)
+    reward_spec = None  # exact match: trusted and cheap, scored inline
+
+    def reward(self, completion: str, sample: dict[str, Any]) -> float | None:
+        return exact_match(completion, sample.get("answer"))
 
 
 # ---------------------------------------------------------------- generators

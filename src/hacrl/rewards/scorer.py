@@ -49,12 +49,14 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
 from hacrl.rewards.base import RewardFn, get_reward, spec_of
+from hacrl.types import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +176,10 @@ class RewardScorer:
                     raise
         result.elapsed_s = time.monotonic() - start
         return result
+
+    def score_problems(self, completions: list[str], problems: Sequence[Problem]) -> ScoreResult:
+        """``score`` against problems: each answer's sample is its problem's ``Problem.as_sample()``."""
+        return self.score(completions, [p.as_sample() for p in problems])
 
     @property
     def pids(self) -> list[int]:

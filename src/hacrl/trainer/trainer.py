@@ -33,7 +33,7 @@ from hacrl.backends import AgentFailure, make_backend
 from hacrl.backends.worker import Rollout, resolve_model_path
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
 from hacrl.core import CapabilityTracker
-from hacrl.data.factory import build_task
+from hacrl.data.factory import build_task, task_scorer
 from hacrl.errors import InputError
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.pool import TrajectoryPool
@@ -121,7 +121,7 @@ class Trainer:
         self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
         self.benchmarks = self._load_benchmarks()
-        self.scorer = self._make_scorer()
+        self.scorer = task_scorer(self.task, cfg.task)
         try:
             self.backend = make_backend(cfg, resume_from=resume_from, step=self.step_idx)
         except BaseException:
@@ -142,24 +142,9 @@ class Trainer:
         self._carried_timings: dict[str, float] = {}
 
     # ---- set-up ---------------------------------------------------------------------------------
-    def _make_scorer(self) -> RewardScorer:
-        """The task's own verifier scores inline; a reward spec runs in worker processes with a time limit."""
-        spec = self.cfg.task.reward or getattr(self.task, "reward_spec", None)
-        if spec is None:
-            task = self.task
-            return RewardScorer(lambda text, sample: task.reward(text, sample["problem"]), timeout_s=None)
-        try:
-            return RewardScorer(spec, timeout_s=self.cfg.task.reward_timeout_s)
-        except ValueError as exc:
-            raise ConfigError(f"task.reward: {exc}") from None
-
     def score(self, texts: list[str], problems: list[Problem]) -> ScoreResult:
         """Score answer texts against their problems (unscorable → None, counted in the result)."""
-        if self.scorer.timeout_s is None and self.scorer.spec is None:  # the task's own verifier, inline
-            samples = [{"problem": p} for p in problems]
-        else:
-            samples = [{**p.meta, "answer": p.answer, "prompt": p.prompt, "problem_id": p.id} for p in problems]
-        return self.scorer.score(texts, samples)
+        return self.scorer.score_problems(texts, problems)
 
     @staticmethod
     def _seed_everything(seed: int) -> None:
@@ -356,7 +341,7 @@ class Trainer:
         (the agents generate concurrently on Ray; the answers are scored here)."""
         params = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens, greedy=True)
         suites = [(None, self.eval_problems, self.score)]
-        suites += [(name, problems, _benchmark_score(scorer)) for name, (problems, scorer) in self.benchmarks.items()]
+        suites += [(name, problems, scorer.score_problems) for name, (problems, scorer) in self.benchmarks.items()]
         answers = [self.backend.call("generate_texts", [([p.prompt for p in problems], params)] * len(self.agent_ids))
                    for _, problems, _ in suites]
         k, r = self.cfg.trainer.eval_k, self.cfg.rollout
@@ -451,11 +436,6 @@ class Trainer:
             if rec["step"] == step and "benchmark" not in rec:
                 out[f"eval/{rec['agent']}/greedy_acc"] = rec["greedy_acc"]
         return out or None
-
-
-def _benchmark_score(scorer: RewardScorer) -> Callable[[list[str], list[Problem]], ScoreResult]:
-    return lambda texts, problems: scorer.score(
-        texts, [{**p.meta, "answer": p.answer, "prompt": p.prompt} for p in problems])
 
 
 def _on_main_thread() -> bool:
