@@ -1,0 +1,263 @@
+"""The learner's path from literal rows to the policy loss (``hacrl.learner.update``), hand-computed.
+
+What the loss receives is recorded by a spy registry standing in for ``POLICY_LOSSES``: every entry calls the
+real loss and keeps its ``LossInputs``, keyword settings and value. The agents are the shipped tiny models in
+float64; a learning rate of 0 keeps the weights fixed, so two runs on the same rows see the same log-probs.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from hacrl.agents.agent import load_agent
+from hacrl.agents.tiny import tiny_agent_path
+from hacrl.config import load_config
+from hacrl.core import POLICY_LOSSES, LossInputs, omega_matrix
+from hacrl.learner import update
+from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.update import LossSettings, ViewRow, _forward, assign_advantages, update_learner
+from hacrl.registry import Registry
+from hacrl.trainer.trainer import Trainer
+
+# δ = 0.2, δ_step = 0.025: ℓ_0 = 0.8, ℓ_1 = 0.825, ℓ_2 = 0.85, ℓ_3 = 0.875
+SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
+                        kl_coef=0.0)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@dataclass
+class Call:
+    loss: str
+    inputs: LossInputs
+    settings: dict[str, Any]
+    value: float
+
+
+@pytest.fixture
+def spy(monkeypatch) -> list[Call]:
+    """Every policy-loss call of the learner, in order."""
+    calls: list[Call] = []
+    registry: Registry = Registry("policy loss")
+    for name in POLICY_LOSSES:
+        def recorded(inputs, _real=POLICY_LOSSES.get(name), _name=name, **settings):
+            loss, metrics = _real(inputs, **settings)
+            calls.append(Call(_name, inputs, settings, float(loss.detach())))
+            return loss, metrics
+        registry.add(name, recorded)
+    monkeypatch.setattr(update, "POLICY_LOSSES", registry)
+    return calls
+
+
+def make_agent(model: str = "qwen2-char", index: int = 0):
+    torch.manual_seed(0)
+    agent = load_agent(f"agent{index}", index, tiny_agent_path(model))
+    agent.model.double()
+    agent.configure_optimizer(lr=0.0)
+    return agent
+
+
+def row(agent, group: int, source: int, learner: int, prompt: str, answer: str, reward: float) -> ViewRow:
+    answer_ids, _ = agent.encode_answer(answer, finished=True)
+    return ViewRow(prompt_index=group, source=source, is_own=source == learner, prompt_ids=agent.render_prompt(prompt),
+                   answer_ids=answer_ids, old_logp_mean=0.0, old_token_logps=None, reward=reward)
+
+
+# ---- ω: a cross answer is scaled by ω^(source, learner) = P̂_source / P̂_learner (eq. 10) ---------------------
+
+def test_a_stronger_sources_answer_gets_omega_above_one():
+    # P̂ = [0.2, 0.4, 0.8]. Learner 1's cross answers: from agent 2 (stronger) ω^(2,1) = 0.8/0.4 = 2,
+    # from agent 0 (weaker) ω^(0,1) = 0.2/0.4 = 0.5; its own answer 1. Swapping source and learner in the
+    # lookup would give 0.5 and 2.
+    cap = torch.tensor([0.2, 0.4, 0.8])
+    rows = [ViewRow(0, src, src == 1, [1], [2], 0.0, None, reward) for src, reward in ((1, 1.0), (2, 0.0), (0, 1.0))]
+    assign_advantages(rows, 1, ALGORITHMS.get("hacpo"), omega_matrix(cap), cap)
+    assert [r.omega for r in rows] == pytest.approx([1.0, 2.0, 0.5])
+    assign_advantages(rows, 1, ALGORITHMS.get("hacpo-noomega"), omega_matrix(cap), cap)
+    assert [r.omega for r in rows] == [1.0, 1.0, 1.0]
+
+
+def test_the_baseline_weighs_each_answer_by_omega_learner_source():
+    # One group, learner 0, P̂ = [0.2, 0.8]: own rewards [1, 0], agent 1's [1, 1].
+    # eq. 7: μ̂_0 = (1·1 + 1·0 + ω^(0,1)·1 + ω^(0,1)·1)/4 with ω^(0,1) = 0.2/0.8 = 0.25 → 1.5/4 = 0.375
+    # std (unbiased) of [1, 0, 1, 1] = √(0.75/3) = 0.5 → A = (1 − 0.375)/0.5 = 1.25, (0 − 0.375)/0.5 = −0.75
+    # (the transposed ω^(1,0) = 4 would give μ̂ = 2.25 > max R, the own-mean fallback 0.5 and A = ±1)
+    cap = torch.tensor([0.2, 0.8])
+    rows = [ViewRow(0, src, src == 0, [1], [2], 0.0, None, reward)
+            for src, reward in ((0, 1.0), (0, 0.0), (1, 1.0), (1, 1.0))]
+    assign_advantages(rows, 0, ALGORITHMS.get("hacpo"), omega_matrix(cap), cap)
+    assert [r.advantage for r in rows] == pytest.approx([1.25, -0.75, 1.25, 1.25], rel=1e-5)
+    assert [r.omega for r in rows] == pytest.approx([1.0, 1.0, 4.0, 4.0])  # the update's ω^(1,0) = 0.8/0.2
+
+
+# ---- the stepwise bound ℓ_m: per minibatch, restarting for every learner and every step --------------------------
+
+def test_cross_lower_bound_per_minibatch_restarts_per_learner_and_step(tmp_path, spy):
+    # tiny-test: B = 4 prompts, G = 4, 2 agents → 32 rows per learner in minibatches of one prompt (8 rows):
+    # 4 optimizer steps, each one loss call (micro-batch 64), ℓ_m = 0.8 + 0.025·m for m = 0..3
+    cfg = load_config("tiny-test", overrides=["trainer.steps=2"])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    trainer = Trainer(cfg, run_dir)
+    try:
+        for _ in range(2):
+            trainer.step()
+    finally:
+        trainer.close()
+    bounds = [c.settings["cross_lower"] for c in spy]
+    assert bounds == pytest.approx([0.8, 0.825, 0.85, 0.875] * 4)  # 2 steps × 2 learners
+    assert all(c.loss == "hacpo" for c in spy)
+
+
+# ---- each ablation changes what it names and nothing else -------------------------------------------------------
+
+CAP = torch.tensor([0.2, 0.8])  # learner 0 is the weaker agent: its cross answers get ω^(1,0) = 4
+CROSS_RATIOS = (0.5, 0.81, 0.9, 1.5)  # below ℓ, inside at ℓ_0 only, inside, above 1
+
+
+def ablation_minibatches(agent) -> list[list[ViewRow]]:
+    """3 minibatches of one prompt each: 2 own answers (ratio 1) and 4 of agent 1 whose sequence ratios are
+    CROSS_RATIOS exactly (old_logp_mean = the learner's mean log-prob − log ratio)."""
+    mbs = []
+    for g in range(3):
+        prompt = f"{12 + g}+{30 + g}="
+        rows = [row(agent, g, 0, 0, prompt, "42", 1.0), row(agent, g, 0, 0, prompt, "7", 0.0)]
+        rows += [row(agent, g, 1, 0, prompt, ans, r) for ans, r in (("43", 1.0), ("5", 0.0), ("42", 1.0), ("1", 0.0))]
+        logp_BT, _, mask_BT = _forward(agent, rows, True, [False] * len(rows))
+        means_B = (logp_BT * mask_BT).sum(-1) / mask_BT.sum(-1)
+        for r, mean, ratio in zip(rows, means_B.tolist(), (1.0, 1.0, *CROSS_RATIOS), strict=True):
+            r.old_logp_mean = mean - math.log(ratio)
+        mbs.append(rows)
+    return mbs
+
+
+def run_algorithm(name: str, agent, mbs, spy) -> list[Call]:
+    mbs = copy.deepcopy(mbs)
+    algo = ALGORITHMS.get(name)
+    assign_advantages([r for mb in mbs for r in mb], 0, algo, omega_matrix(CAP), CAP)
+    start = len(spy)
+    update_learner(agent, mbs, algo, SETTINGS, micro_batch_size=64, grad_clip=1.0)
+    return spy[start:]
+
+
+def differences(a: Call, b: Call) -> set[str]:
+    fields = {f.name for f in dataclasses.fields(LossInputs)}
+    out = {k for k in a.settings.keys() | b.settings.keys() if a.settings.get(k) != b.settings.get(k)}
+    for f in fields:
+        x, y = getattr(a.inputs, f), getattr(b.inputs, f)
+        if (x is None) != (y is None) or (x is not None and not torch.equal(x, y)):
+            out.add(f)
+    return out
+
+
+@pytest.mark.parametrize("ablation, changes", [
+    ("hacpo-noclip", {"cross_clip"}),
+    ("hacpo-alpha0", {"alpha"}),
+    ("hacpo-nostep", {"cross_lower"}),
+    ("hacpo-noomega", {"omega_B"}),
+    ("hacpo-noadv", {"advantages_B"}),
+])
+def test_an_ablation_changes_only_what_it_names(spy, ablation, changes):
+    agent = make_agent()
+    mbs = ablation_minibatches(agent)
+    plain = run_algorithm("hacpo", agent, mbs, spy)
+    ablated = run_algorithm(ablation, agent, mbs, spy)
+    assert len(plain) == len(ablated) == 3
+    # what the loss is handed: only the named setting or input differs, in some minibatch
+    assert set().union(*(differences(p, a) for p, a in zip(plain, ablated))) == changes
+    assert [c.settings["cross_lower"] for c in plain] == pytest.approx([0.8, 0.825, 0.85])
+    # and the loss moves with it
+    assert any(abs(p.value - a.value) > 1e-6 for p, a in zip(plain, ablated))
+
+
+def test_ablation_settings_are_the_papers_switches(spy):
+    agent = make_agent()
+    mbs = ablation_minibatches(agent)
+    calls = {name: run_algorithm(name, agent, mbs, spy)
+             for name in ("hacpo", "hacpo-noclip", "hacpo-alpha0", "hacpo-nostep", "hacpo-noomega")}
+    assert [c.settings["cross_clip"] for c in calls["hacpo-noclip"]] == [False] * 3
+    assert [c.settings["alpha"] for c in calls["hacpo-alpha0"]] == [0.0] * 3
+    assert [c.settings["cross_lower"] for c in calls["hacpo-nostep"]] == pytest.approx([0.8] * 3)
+    cross = ~calls["hacpo"][0].inputs.own_B
+    assert calls["hacpo"][0].inputs.omega_B[cross].tolist() == pytest.approx([4.0] * 4)  # 0.8 / 0.2
+    assert calls["hacpo-noomega"][0].inputs.omega_B.tolist() == [1.0] * 6
+
+
+# ---- GRPO: π_old per token, under the answer token it belongs to ------------------------------------------------
+
+def token_logps_by_hand(agent, prompt_ids: list[int], answer_ids: list[int]) -> tuple[float, ...]:
+    """log π(answer token t | prompt, answer[:t]) from one plain forward pass of prompt + answer."""
+    with torch.no_grad():
+        logits = agent.model(input_ids=torch.tensor([prompt_ids + answer_ids])).logits[0]
+    logp = logits.double().log_softmax(-1)
+    return tuple(float(logp[len(prompt_ids) - 1 + t, tok]) for t, tok in enumerate(answer_ids))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_grpo_old_token_logprobs_sit_under_their_answer_tokens(spy, shared):
+    # own answers of different lengths after prompts of different lengths; π_old per token is the model's
+    # own log-prob of that token computed by hand, so aligned columns give token ratios of exactly 1
+    agent = make_agent()
+    rows = []
+    for i, (prompt, answer) in enumerate((("3+4=", "7"), ("12+34=", "46"), ("7+8=", "15 15"), ("1+1=", "2"))):
+        r = row(agent, i // 2, 0, 0, prompt, answer, float(i % 2))
+        r.old_token_logps = token_logps_by_hand(agent, r.prompt_ids, r.answer_ids)
+        r.advantage = (-1.0) ** i
+        rows.append(r)
+    assert len({len(r.answer_ids) for r in rows}) == 3 and len({len(r.prompt_ids) for r in rows}) == 2
+    metrics = update_learner(agent, [rows], ALGORITHMS.get("grpo"), SETTINGS, micro_batch_size=64, grad_clip=1.0,
+                             shared_prompt=shared)
+    (call,) = spy
+    x = call.inputs
+    assert call.loss == "grpo" and x.old_logp_BT is not None
+    for i, r in enumerate(rows):
+        mask = x.mask_BT[i].bool()
+        assert int(mask.sum()) == len(r.answer_ids)
+        assert_close(x.old_logp_BT[i][mask], torch.tensor(r.old_token_logps, dtype=torch.float32), rtol=0, atol=0)
+        assert torch.equal(x.old_logp_BT[i][~mask], torch.zeros(int((~mask).sum())))
+        # the learner's log-prob in each answer column is the one of the same token
+        assert_close(x.logp_BT[i][mask], torch.tensor(r.old_token_logps, dtype=torch.float64), rtol=0, atol=1e-6)
+    assert metrics["self/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    # r_t = 1 everywhere: loss = −mean_i A_i = −(1 − 1 + 1 − 1)/4 = 0
+    assert call.value == pytest.approx(0.0, abs=1e-6)
+
+
+# ---- GRPO's clip radii: the config's, the algorithm's default when unset ----------------------------------------
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([], (0.2, 0.28)),  # grpo's own default (DAPO), not GSPO's 3e-4 / 4e-4
+    (["algorithm.clip_low=0.1"], (0.1, 0.28)),
+    (["algorithm.clip_low=0.05", "algorithm.clip_high=0.5"], (0.05, 0.5)),
+])
+def test_grpo_loss_gets_the_configs_clip_radii(tmp_path, spy, overrides, expected):
+    cfg = load_config("tiny-test", overrides=["algorithm.name=grpo", "trainer.steps=1", *overrides])
+    assert (cfg.algorithm.clip_low, cfg.algorithm.clip_high) == expected
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    trainer = Trainer(cfg, run_dir)
+    try:
+        trainer.step()
+    finally:
+        trainer.close()
+    assert spy and {c.loss for c in spy} == {"grpo"}
+    assert {(c.settings["clip_low"], c.settings["clip_high"]) for c in spy} == {expected}
+
+
+def test_sequence_losses_keep_gspos_default_radii():
+    for name in ("hacpo", "gspo", "gspo2x", "naive", "hacpo-noclip"):
+        cfg = load_config("tiny-test", overrides=[f"algorithm.name={name}"])
+        assert (cfg.algorithm.clip_low, cfg.algorithm.clip_high) == (3e-4, 4e-4), name
