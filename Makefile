@@ -3,13 +3,16 @@ VENV ?= .venv
 export VENV
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup demo lint test test-slow bench clean
 
 setup:
 	bash scripts/setup.sh
 
 demo:
 	bash scripts/demo.sh
+
+lint: setup
+	bash scripts/lint.sh
 
 test:
 	bash scripts/test.sh

@@ -70,7 +70,7 @@ def measure(preset: str, overrides: list[str], steps: int, threads: int) -> dict
             trainer.close()
     return {"accuracy": {a: sum(v) / len(v) for a, v in correct.items()},
             "answers": {a: len(v) for a, v in correct.items()},
-            "pairs": {f"{l} <- {k}": summarize(v) for (l, k), v in ratios.items()}}
+            "pairs": {f"{dst} <- {src}": summarize(v) for (dst, src), v in ratios.items()}}
 
 
 def summarize(values: list[tuple[float, bool]]) -> dict:

@@ -185,7 +185,7 @@ def main() -> None:
 
     print(f"preset {args.preset}: {args.steps} timed steps after a warm-up, OMP_NUM_THREADS={args.threads}, "
           f"median of {args.repeats} interleaved runs")
-    print("matmul GFLOP/s at width %d: %s" % (width, ", ".join(f"{k} {v:.0f}" for k, v in rates.items())))
+    print(f"matmul GFLOP/s at width {width}: " + ", ".join(f"{k} {v:.0f}" for k, v in rates.items()))
     shown = [ph for ph in PHASES if any(ph in r["phases"] for r in med.values())]
     print(f"{'setting':<11} {'s/step':>7} " + " ".join(f"{ph:>12}" for ph in shown)
           + f" {'GFLOP':>7} {'of peak':>8} {'RSS MB':>7}")

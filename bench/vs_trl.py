@@ -358,7 +358,7 @@ def main() -> None:
         return
     shapes = [parse_shape(s) for s in a.configs.split(",")]
     thread_list = [int(x) for x in a.threads.split(",")]
-    for p, g, _ in shapes:
+    for p, _, _ in shapes:
         if p % a.updates:
             sys.exit(f"--updates {a.updates} must divide the prompts per step ({p}): "
                      "minibatches hold whole groups")

@@ -136,8 +136,8 @@ for step in range(args.steps):
         agent.history.append(sum(mine) / len(mine))
     cap = [max(sum(a.history) / len(a.history), 1e-8) for a in agents]
 
-    def omega(k: int, j: int) -> float:  # ω^(k,j) = P̂_k / P̂_j, clamped (eq. 8)
-        return min(max(cap[k] / cap[j], 0.1), 10.0)
+    # ω^(k,j) = P̂_k / P̂_j, clamped (eq. 8)
+    omega = [[min(max(cap_k / cap_j, 0.1), 10.0) for cap_j in cap] for cap_k in cap]
 
     # 5. each learner k learns from the whole pool
     for k, learner in enumerate(agents):
@@ -146,7 +146,7 @@ for step in range(args.steps):
             group = [(src, ans, r) for gg, src, ans, r in pool if gg == g]
             rewards = torch.tensor([r for _, _, r in group])
             # capability-aware baseline (eq. 7): μ̂_k = 1/|group| Σ ω^(k,src) R
-            mu = sum(omega(k, src) * r for src, _, r in group) / len(group)
+            mu = sum(omega[k][src] * r for src, _, r in group) / len(group)
             if mu > rewards.max():  # baseline above every reward: use the learner's own mean
                 mu = sum(r for src, _, r in group if src == k) / sum(1 for src, _, _ in group if src == k)
             std = rewards.std()  # unbiased, over the raw rewards of the whole group
@@ -157,7 +157,7 @@ for step in range(args.steps):
                 else:  # another agent's answer: re-tokenize its text with the learner's tokenizer
                     answer_ids = learner.encode(ans["text"]) + ([learner.tok.eos_token_id] if ans["finished"] else [])
                 rows.append({"prompt": learner.encode(batch[g][0]), "answer": answer_ids, "own": src == k,
-                             "old_mean": ans["old_mean"], "adv": adv, "omega": omega(src, k)})
+                             "old_mean": ans["old_mean"], "adv": adv, "omega": omega[src][k]})
         rng.shuffle(rows)
         for m, mb in enumerate([rows[: len(rows) // 2], rows[len(rows) // 2 :]]):  # 2 minibatches
             lower = min(1.0, 1.0 - DELTA + m * DELTA_STEP)  # stepwise clipping (eq. 14)

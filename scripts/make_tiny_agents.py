@@ -31,7 +31,7 @@ import platform
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import tokenizers
 import torch

@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run_dir(args: argparse.Namespace, cfg: Config) -> Path:
     if args.output:
         return Path(args.output)
-    name = cfg.run.name or f"{args.preset or (Path(args.config).stem if args.config else 'tiny-model')}-" \
-                           f"{cfg.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = cfg.run.name or (f"{args.preset or (Path(args.config).stem if args.config else 'tiny-model')}-"
+                            f"{cfg.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     return Path(cfg.run.output_dir) / name
 
 
@@ -342,8 +342,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[str, Any]]], dict | None]:
     """(agent id, model directory, load_agent keyword arguments) per agent, and the run's config if any."""
-    import yaml
-
     from hacrl.backends.worker import check_device
     from hacrl.trainer.checkpoint import usable_checkpoint
     from hacrl.trainer.trainer import resolve_model_path

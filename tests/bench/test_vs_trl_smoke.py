@@ -20,6 +20,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "vs_trl.py"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)  # past the subprocess's own 600 s limit, which fails with its stderr
 def test_vs_trl_runs_both_sides(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     proc = subprocess.run(

@@ -54,6 +54,7 @@ def test_cache_dir_follows_hacrl_cache(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1900)  # past the subprocess's own 1800 s limit, which fails with its stderr
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 def test_smollm2_state_preset_runs_one_step(tmp_path):
     out = tmp_path / "run"

@@ -15,8 +15,8 @@ from hacrl.rollout import SamplingParams, get_engine
 from hacrl.trainer.trainer import Trainer
 
 THREE = [
-    "agents=[{id: small, model: 'builtin:qwen2-char-small', lr: 3.0e-4}, "
-    "{id: qwen-char, model: 'builtin:qwen2-char', lr: 3.0e-4}, {id: llama-bpe, model: 'builtin:llama-bpe', lr: 3.0e-4}]"
+    ("agents=[{id: small, model: 'builtin:qwen2-char-small', lr: 3.0e-4}, "
+     "{id: qwen-char, model: 'builtin:qwen2-char', lr: 3.0e-4}, {id: llama-bpe, model: 'builtin:llama-bpe', lr: 3.0e-4}]")
 ]
 
 

@@ -164,8 +164,8 @@ def test_comparison_writes_every_table_and_plot(comparison):
                    "hacrl compare --preset tiny-test --algos hacpo,gspo --seeds 2",
                    "| steps | 2 ", "| seeds | 0, 1 ",
                    "## Held-out accuracy", "### qwen-char", "### llama-bpe",
-                   "| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | rollouts / run "
-                   "| optimizer updates / run | wall s / run |",
+                   ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | rollouts / run "
+                    "| optimizer updates / run | wall s / run |"),
                    "## Cost per run", "## Collaboration diagnostics", "| hacpo | qwen-char |",
                    "| hacpo | llama-bpe |",
                    "## Reading", "fell inside the clip window", "## Runs", "| gspo | 1 | trained |",

@@ -74,7 +74,7 @@ def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
     return {"cache": cache} if "cache" in forward_parameters(type(base)) else {"past_key_values": cache}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def forward_parameters(cls: type) -> frozenset[str]:
     """The keyword names of ``cls.forward`` (empty when it has none or no readable signature), read once
     per class: the training passes ask on every forward."""

@@ -14,6 +14,8 @@ Values and gradients equal the textbook formula's (a test holds them to 1e-12 in
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -35,7 +37,7 @@ def _chunks(shape: torch.Size, chunk_bytes: int) -> list[tuple[int, int, int, in
 
 class _SelectedLogProbs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits_BTV: Tensor, targets_BT: Tensor, chunk_bytes: int) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, logits_BTV: Tensor, targets_BT: Tensor, chunk_bytes: int) -> Tensor:
         out_BT = torch.empty(targets_BT.shape, dtype=torch.float32, device=logits_BTV.device)
         if logits_BTV.dtype == torch.float64:
             out_BT = out_BT.double()
@@ -48,7 +50,7 @@ class _SelectedLogProbs(torch.autograd.Function):
         return out_BT
 
     @staticmethod
-    def backward(ctx, grad_BT: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad_BT: Tensor) -> tuple[Tensor, None, None]:
         logits_BTV, targets_BT = ctx.saved_tensors
         grad_BTV = torch.empty_like(logits_BTV)
         for b0, b1, t0, t1 in _chunks(logits_BTV.shape, ctx.chunk_bytes):
@@ -78,4 +80,5 @@ def selected_logprobs(logits_BTV: Tensor, targets_BT: Tensor, *, chunk_bytes: in
     if logits_BTV.dim() != 3 or targets_BT.shape != logits_BTV.shape[:2]:
         raise ValueError(f"logits [B, T, V] and targets [B, T] expected, got {tuple(logits_BTV.shape)} and "
                          f"{tuple(targets_BT.shape)}")
-    return _SelectedLogProbs.apply(logits_BTV, targets_BT, int(chunk_bytes))
+    logp_BT: Tensor = _SelectedLogProbs.apply(logits_BTV, targets_BT, int(chunk_bytes))
+    return logp_BT
