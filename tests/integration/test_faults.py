@@ -53,23 +53,40 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path, reference, po
     assert not list((out / "checkpoints").glob(".tmp-*"))  # the half-written checkpoint was cleaned up
 
 
-def test_sigterm_checkpoints_and_says_how_to_resume(tmp_path, reference):
+def _last_logged_step(metrics_file):
+    if not metrics_file.is_file():
+        return 0
+    lines = [x for x in metrics_file.read_text().split("\n")[:-1] if x]  # complete lines only
+    return max((json.loads(x)["step"] for x in lines), default=0)
+
+
+def test_sigterm_checkpoints_the_step_it_arrived_in_and_says_how_to_resume(tmp_path, reference):
+    # a run far longer than the test, without periodic checkpoints: the only checkpoint it can write before
+    # its end is the one SIGTERM asks for, after finishing the step the signal arrived in
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "hacrl.cli", "train", *ARGS, "--set", "trainer.steps=4",
-                             "--output", str(out)], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env=env)
+    env.pop("HACRL_FAILPOINT", None)
+    proc = subprocess.Popen([sys.executable, "-m", "hacrl.cli", "train", *ARGS, "--set", "trainer.steps=40",
+                             "--set", "trainer.checkpoint_every=0", "--output", str(out)],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120
-    metrics_file = out / "metrics.jsonl"
-    while time.time() < deadline and not (metrics_file.is_file() and metrics_file.read_text().strip()):
-        time.sleep(0.05)
+    while time.time() < deadline and proc.poll() is None and _last_logged_step(out / "metrics.jsonl") < 1:
+        time.sleep(0.02)
+    seen = _last_logged_step(out / "metrics.jsonl")  # step 1 done; the signal arrives in step seen or seen + 1
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode in (0, 130), err  # 0 if the run was already finishing
-    if proc.returncode == 130:
-        assert "--resume" in err
-        res = train(out, "--resume")
-        assert res.returncode == 0, res.stderr
+    assert proc.returncode == 130, err
+    stopped = _last_logged_step(out / "metrics.jsonl")
+    assert 1 <= seen <= stopped <= seen + 1 < 4, (seen, stopped)
+    assert [p.name for p in complete_checkpoints(out / "checkpoints")] == [f"step-{stopped:06d}"]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"hacrl: stopped at step {stopped}; resume with: hacrl train "), last
+    command = shlex.split(last.split("resume with: ")[1])
+    assert command[-1] == "--resume" and command[command.index("--output") + 1] == str(out)
+    # the printed command continues the run; cut to 4 steps it ends as the uninterrupted run did
+    res = subprocess.run([sys.executable, "-m", "hacrl.cli", *command[1:], "--set", "trainer.steps=4", "-q"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
     assert metrics(out) == reference
 
 
