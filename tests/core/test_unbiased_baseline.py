@@ -32,6 +32,19 @@ def mean_and_se(x_P):
     return x_P.mean().item(), (x_P.std() / x_P.numel() ** 0.5).item()
 
 
+def library_baseline(rewards_PNG, p, learner, capability_aware=True):
+    """The baseline ``hacpo_advantages`` used for ``learner`` in each group, b = R_i − A_i·(σ + eps), one per
+    answer ([P, N·G]), and which groups are not degenerate (where A = 0 says nothing about b)."""
+    n_prompts, n_agents, g = rewards_PNG.shape
+    groups = torch.arange(n_prompts).repeat_interleave(n_agents * g)
+    sources = torch.arange(n_agents).repeat_interleave(g).repeat(n_prompts)
+    adv = hacpo_advantages(rewards_PNG.reshape(-1).float(), groups, sources, learner=learner,
+                           capability=torch.tensor(p), capability_aware=capability_aware)
+    r_PM = rewards_PNG.reshape(n_prompts, -1)
+    sigma_P = r_PM.std(-1)  # unbiased, over the raw joint rewards
+    return r_PM - adv.reshape(n_prompts, -1).double() * (sigma_P[:, None] + 1e-6), sigma_P > 0
+
+
 @pytest.mark.parametrize("p, seed", [((0.2, 0.8), 0), ((0.2, 0.5, 0.8), 1), ((0.35, 0.6, 0.1, 0.9), 2)])
 def test_capability_aware_baseline_is_unbiased(p, seed):
     rewards = simulate(p, seed)
@@ -45,11 +58,16 @@ def test_capability_aware_baseline_is_unbiased(p, seed):
 
 @pytest.mark.parametrize("p, seed", [((0.2, 0.8), 3), ((0.2, 0.5, 0.8), 4)])
 def test_plain_mean_is_biased_toward_the_pool_mean(p, seed):
+    """The "−Adv" ablation: ``hacpo_advantages(capability_aware=False)`` measures every answer against the
+    joint group mean, whose expectation is the pool mean (1/N) Σ_j p_j for every learner, not its p_k."""
     rewards = simulate(p, seed)
     pool = sum(p) / len(p)
-    mu = baselines(rewards, torch.ones(len(p), len(p)))  # capability_aware=False: ω ≡ 1
+    joint_mean_P = rewards.reshape(PROMPTS, -1).mean(-1)
     for k, p_k in enumerate(p):
-        mean, se = mean_and_se(mu[:, k])
+        implied, ok = library_baseline(rewards, p, k, capability_aware=False)
+        assert ok.float().mean() > 0.99  # all-equal groups are rare here: conditioning on the rest is no bias
+        assert_close(implied[ok], joint_mean_P[ok, None].expand_as(implied[ok]), rtol=0, atol=2e-6)
+        mean, se = mean_and_se(implied[ok, 0])
         assert abs(mean - pool) < 4 * se
         if abs(p_k - pool) > 0.1:  # the weakest and the strongest agent
             assert abs(mean - p_k) > 50 * se, (k, mean, p_k)
@@ -71,20 +89,13 @@ def test_library_advantages_use_this_baseline(p, seed):
     b = R_i − A_i·(σ + eps); it must equal the formula μ̂_k above, or — only where μ̂_k > max R = 1 —
     the learner's own mean in the group. Degenerate groups must get A = 0."""
     rewards = simulate(p, seed)[:4000]
-    n_prompts, n_agents = rewards.shape[0], len(p)
-    flat_r = rewards.reshape(-1).float()
-    groups = torch.arange(n_prompts).repeat_interleave(n_agents * G)
-    sources = torch.arange(n_agents).repeat_interleave(G).repeat(n_prompts)
-    sigma = rewards.reshape(n_prompts, -1).std(-1)  # unbiased, over the raw joint rewards
-    degenerate = sigma == 0
+    n_agents = len(p)
     mu = baselines(rewards, omega_matrix(torch.tensor(p)))
     for k in range(n_agents):
-        adv = hacpo_advantages(flat_r, groups, sources, learner=k, capability=torch.tensor(p))
-        adv_PM = adv.reshape(n_prompts, -1).double()
-        assert torch.equal(adv_PM[degenerate], torch.zeros_like(adv_PM[degenerate]))
-        implied = rewards.reshape(n_prompts, -1) - adv_PM * (sigma[:, None] + 1e-6)
+        implied, ok = library_baseline(rewards, p, k)
+        # degenerate groups get A = 0, so their implied baseline is each answer's own reward
+        assert torch.equal(implied[~ok], rewards.reshape(rewards.shape[0], -1)[~ok])
         expected = torch.where(mu[:, k] > 1.0, rewards[:, k].mean(-1), mu[:, k])
-        ok = ~degenerate
         assert_close(implied[ok], expected[ok, None].expand_as(implied[ok]), rtol=0, atol=2e-6)
         if k == n_agents - 1:  # the strong learner: the fallback is exercised here
             assert (mu[ok, k] > 1.0).sum() > 0
