@@ -54,7 +54,9 @@ def spy(monkeypatch) -> list[Call]:
     calls: list[Call] = []
     registry: Registry = Registry("policy loss")
     for name in POLICY_LOSSES:
-        def recorded(inputs, _real=POLICY_LOSSES.get(name), _name=name, **settings):
+        real = POLICY_LOSSES.get(name)
+
+        def recorded(inputs, _real=real, _name=name, **settings):
             loss, metrics = _real(inputs, **settings)
             calls.append(Call(_name, inputs, settings, float(loss.detach())))
             return loss, metrics

@@ -42,14 +42,14 @@ def main(task_fd: int, result_fd: int) -> None:
 
     try:
         fn = get_reward(spec)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - user code failing to load, any way: told to the parent
         tx.send(("init_error", str(exc)))
         return
     warmup = getattr(fn, "warmup", None)
     if callable(warmup):
         try:
             warmup()
-        except Exception as exc:  # a failed warm-up only costs time later
+        except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs time later
             print(f"hacrl reward worker: warm-up of {spec!r} failed: {exc!r}", file=sys.stderr)
     tx.send(("ready", os.getpid()))
     while True:

@@ -58,11 +58,10 @@ def last_number(text: str) -> float | None:
     True
     """
     text = text.translate(_NOISE)
-    match = None
-    for match in _NUMBER.finditer(text):
-        pass
-    if match is None:
+    matches = list(_NUMBER.finditer(text))
+    if not matches:
         return None
+    match = matches[-1]
     value = float(match.group().replace(",", ""))
     # A '-' right before the number is a sign unless it follows a digit or ')': "10 - 3" is subtraction.
     before = text[: match.start()].rstrip(" ")

@@ -222,7 +222,7 @@ def math_verify_equal(gold: str, pred: str) -> bool:
         if not pred_parsed:
             return False
         return bool(mv[1](list(gold_parsed), list(pred_parsed), timeout_seconds=None))
-    except Exception as exc:  # math-verify catches most errors itself; be safe about the rest
+    except Exception as exc:  # noqa: BLE001 - math-verify catches most errors itself; be safe about the rest
         logger.debug("math-verify failed on %r vs %r: %s", gold[:80], pred[:80], exc)
         return False
 

@@ -118,7 +118,7 @@ def call_reward(fn: RewardFn, completion: str, sample: dict) -> tuple[str, float
     """Run one reward call; exceptions and bad values become (kind, None, message)."""
     try:
         value = fn(completion, sample)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the reward raises counts as an error, not a crash
         return "error", None, f"{type(exc).__name__}: {exc}"[:_MAX_MESSAGE]
     return check_value(value)
 
@@ -246,8 +246,8 @@ class RewardScorer:
     def _give_up(self, result: ScoreResult, pending: deque) -> None:
         """A reward that has never returned and timed out HANGS_AFTER answers in a row hangs: the rest of
         the call is counted as timed out at once instead of costing the limit (and a worker restart) each."""
-        msg = f"not tried: the reward never returned and ran past the {self.timeout_s} s limit on " \
-              f"{self._timeouts_in_row} answers in a row"
+        msg = (f"not tried: the reward never returned and ran past the {self.timeout_s} s limit on "
+               f"{self._timeouts_in_row} answers in a row")
         for w in list(self._pool):
             if w.chunk:
                 for index in w.chunk[w.pos :]:
@@ -350,13 +350,13 @@ class _Worker:
         items = [(i, completions[i], samples[i]) for i in chunk]
         try:
             payload = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # find the samples that cannot travel; score them as errors
+        except Exception:  # noqa: BLE001 - pickle raises many kinds; find the samples that cannot travel
             sendable = []
             for item in items:
                 try:
                     pickle.dumps(item)
                     sendable.append(item)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - as above, for one sample
                     result.record(item[0], "error", None, f"sample cannot be sent to a worker: {exc!r}")
             items, payload = sendable, pickle.dumps(sendable, protocol=pickle.HIGHEST_PROTOCOL)
         if not items:
