@@ -135,10 +135,11 @@ SEQUENCE_CLIP_DEFAULT = (3e-4, 4e-4)
 
 class AlgorithmConfig(_Section):
     name: str = Field("hacpo", description="hacpo, gspo, gspo2x, naive, grpo or a hacpo-* ablation")
-    clip_low: float = Field(None, ge=0, lt=1, description="ε_low of own-answer clipping; default: the "
-                            "algorithm's, 3e-4 (GSPO, the paper), grpo 0.2")
-    clip_high: float = Field(None, ge=0, description="ε_high of own-answer clipping; default: the algorithm's, "
-                             "4e-4 (GSPO, the paper), grpo 0.28")
+    # the defaults below are hacpo's; _algorithm_clip_defaults puts in the named algorithm's when they are left out
+    clip_low: float = Field(SEQUENCE_CLIP_DEFAULT[0], ge=0, lt=1, description="ε_low of own-answer clipping; "
+                            "default: the algorithm's, 3e-4 (GSPO, the paper), grpo 0.2")
+    clip_high: float = Field(SEQUENCE_CLIP_DEFAULT[1], ge=0, description="ε_high of own-answer clipping; "
+                             "default: the algorithm's, 4e-4 (GSPO, the paper), grpo 0.28")
     alpha: float = Field(1.0, ge=0, description="exponential importance-sampling exponent α")
     delta: float = Field(0.2, ge=0, le=1, description="cross clip starts at [1-δ, 1]")
     delta_step: float = Field(0.025, ge=0, description="per-minibatch tightening of the cross lower bound")
