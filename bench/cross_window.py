@@ -55,7 +55,7 @@ def measure(preset: str, overrides: list[str], steps: int, threads: int) -> dict
                     cross = [t for t in pool.trajectories if t.source != learner.index and t.reward is not None]
                     for start in range(0, len(cross), 16):
                         chunk = cross[start : start + 16]
-                        prompts = [learner.render_prompt(problems[t.group].prompt) for t in chunk]
+                        prompts = [learner.render_prompt(problems[t.prompt_index].prompt) for t in chunk]
                         answers = [learner.encode_answer(t.text, t.finished)[0] for t in chunk]
                         batch = learner.batch(prompts, answers)
                         with torch.no_grad(), learner.autocast():

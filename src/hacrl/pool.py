@@ -17,22 +17,24 @@ class TrajectoryPool:
         self.problems = list(problems)
         self.trajectories = list(trajectories)
         for t in self.trajectories:
-            if not 0 <= t.group < len(self.problems):
-                raise ValueError(f"trajectory group {t.group} outside the batch of {len(self.problems)} prompts")
+            if not 0 <= t.prompt_index < len(self.problems):
+                raise ValueError(f"trajectory prompt_index {t.prompt_index} outside the batch of "
+                                 f"{len(self.problems)} prompts")
 
     def __len__(self) -> int:
         return len(self.trajectories)
 
     def scored(self, sources: Iterable[int] | None = None) -> list[Trajectory]:
-        """Scored trajectories, optionally only those written by ``sources``, ordered by (group, source)."""
+        """Scored trajectories, optionally only those written by ``sources``, ordered by (prompt, source)."""
         keep = None if sources is None else set(sources)
         out = [t for t in self.trajectories if t.reward is not None and (keep is None or t.source in keep)]
-        return sorted(out, key=lambda t: (t.group, t.source))
+        return sorted(out, key=lambda t: (t.prompt_index, t.source))
 
     def by_group(self) -> dict[int, list[Trajectory]]:
+        """prompt index → its answers (the advantage groups)."""
         groups: dict[int, list[Trajectory]] = {}
         for t in self.trajectories:
-            groups.setdefault(t.group, []).append(t)
+            groups.setdefault(t.prompt_index, []).append(t)
         return groups
 
     def rewards_and_sources(self) -> tuple[torch.Tensor, torch.Tensor]:

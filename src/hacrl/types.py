@@ -2,6 +2,8 @@
 
 A ``Trajectory`` holds text and scalars only (plus the source's own token ids, which only the source
 itself reuses), so it can cross process and node boundaries cheaply and be re-tokenized by any learner.
+It is the one record of an answer outside the engines and the learner: a worker returns its answers as
+trajectories without a reward, the trainer scores them into the step's pool.
 """
 
 from __future__ import annotations
@@ -34,28 +36,27 @@ class Trajectory:
     """One sampled answer, as every agent can read it.
 
     Attributes:
-        group: index of the prompt within the step's batch (the advantage group).
-        problem_id: the task's id of the prompt.
+        prompt_index: index of the prompt within the step's batch (the answer's advantage group).
         source: index of the agent that wrote the answer.
         text: the answer text, decoded without special tokens.
         finished: the source stopped with its EOS token (so the answer is complete).
-        reward: the verifier's score, None if unscorable.
         logp_sum: sum of the source's rollout-time token log-probs over its answer tokens.
         num_tokens: number of the source's answer tokens (EOS included when ``finished``).
-        token_ids: the source's own answer token ids (reused only by the source itself).
-        token_logps: the source's rollout-time per-token log-probs (for token-level losses).
+        reward: the verifier's score; None if unscorable, or not scored yet.
+        token_ids: the source's own answer token ids: empty in transit, filled back in by the source's own
+            worker for its update.
+        token_logps: the source's rollout-time per-token log-probs (for token-level losses), likewise.
     """
 
-    group: int
-    problem_id: str
+    prompt_index: int
     source: int
     text: str
     finished: bool
-    reward: float | None
     logp_sum: float
     num_tokens: int
-    token_ids: tuple[int, ...]
-    token_logps: tuple[float, ...]
+    reward: float | None = None
+    token_ids: tuple[int, ...] = ()
+    token_logps: tuple[float, ...] = ()
 
     @property
     def logp_mean(self) -> float:

@@ -35,7 +35,7 @@ def make_minibatches(agent):
         for i in range(6):
             prompt = agent.render_prompt(f"{10 + m}+{i}=")
             answer, _ = agent.encode_answer(str(10 + m + i) + "7" * (i % 3), finished=i % 2 == 0)
-            rows.append(ViewRow(group=i // 3, source=0 if i % 2 else 1, is_own=bool(i % 2), prompt_ids=prompt,
+            rows.append(ViewRow(prompt_index=i // 3, source=0 if i % 2 else 1, is_own=bool(i % 2), prompt_ids=prompt,
                                 answer_ids=answer, old_logp_mean=-1.5 + 0.1 * i, old_token_logps=None,
                                 reward=float(i % 2), advantage=(-1.0) ** i * (0.5 + 0.1 * i), omega=1.0 + 0.2 * i))
         mbs.append(rows)

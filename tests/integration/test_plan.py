@@ -22,7 +22,7 @@ def rows_for(agent):
     for i in range(ROWS):
         prompt = [3 + (i * 7 + j) % 40 for j in range(PROMPT)]
         answer = [5 + j % 9 for j in range(ANSWER)]
-        out.append(ViewRow(group=i, source=0, is_own=True, prompt_ids=prompt, answer_ids=answer,
+        out.append(ViewRow(prompt_index=i, source=0, is_own=True, prompt_ids=prompt, answer_ids=answer,
                            old_logp_mean=-2.0, old_token_logps=None, reward=float(i % 2),
                            advantage=1.0 if i % 2 else -1.0))
     return out

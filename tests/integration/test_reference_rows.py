@@ -23,7 +23,7 @@ def test_reference_on_own_rows_gives_the_same_loss(shared):
             p.add_(0.01 * torch.randn_like(p))
     texts = [("7+8=", "15", True), ("12+34=", "46", False), ("7+8=", "1", False), ("12+34=", "4", True),
              ("1+2=", "3 3", True)]
-    rows = [ViewRow(group=i % 2, source=0 if own else 1, is_own=own, prompt_ids=agent.render_prompt(p),
+    rows = [ViewRow(prompt_index=i % 2, source=0 if own else 1, is_own=own, prompt_ids=agent.render_prompt(p),
                     answer_ids=agent.encode_answer(a, finished=True)[0], old_logp_mean=-1.0,
                     old_token_logps=None, reward=float(i % 2), advantage=0.5 - i % 2, omega=1.0)
             for i, (p, a, own) in enumerate(texts)]

@@ -3,8 +3,8 @@ only tokenizer-neutral data, so that it runs the same in the trainer's process (
 in its own Ray actor on its own devices (``ray`` backend).
 
 An ``AgentWorker`` owns the model, tokenizer, optimizer, optional reference model, rollout engine and
-its own random stream. In and out go problem texts, answer texts and scalars (``Rollout``), the step's
-pool without token ids, ω and capabilities, and metrics. The worker keeps its own answers' token ids and
+its own random stream. In and out go problem texts, answers as ``Trajectory`` records (texts and scalars),
+the step's pool without token ids, ω and capabilities, and metrics. The worker keeps its own answers' token ids and
 rollout log-probs from ``rollout`` to ``update`` itself: they never leave it.
 
 Each worker samples from its own seeded torch RNG stream (swapped in around generation), so an agent's
@@ -27,7 +27,6 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +41,9 @@ from hacrl.learner.update import LossSettings, assign_advantages, build_view, mi
 from hacrl.pool import TrajectoryPool
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.rollout.base import Sample
+from hacrl.types import Trajectory
 
 RNG_FILE = "rng.pt"
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """One answer as it leaves its worker: text and scalars."""
-
-    prompt_index: int
-    text: str
-    finished: bool
-    logp_sum: float
-    num_tokens: int
 
 
 def resolve_model_path(spec: str, field: str = "model") -> Path:
@@ -236,9 +225,11 @@ class AgentWorker:
             yield
             self._rng = torch.get_rng_state()
 
-    def rollout(self, prompts: list[str], params: SamplingParams, *, recompute: bool) -> tuple[list[Rollout], dict]:
-        """``params.n`` answers to each prompt. With ``recompute``, π_old is the training forward pass's
-        log-probs and the gap to the engine's is returned as metrics (rollout/training mismatch)."""
+    def rollout(self, prompts: list[str], params: SamplingParams, *,
+                recompute: bool) -> tuple[list[Trajectory], dict]:
+        """``params.n`` answers to each prompt, unscored and without their token ids (kept here for the
+        update). With ``recompute``, π_old is the training forward pass's log-probs and the gap to the
+        engine's is returned as metrics (rollout/training mismatch)."""
         start = time.perf_counter()
         self._wake_up()
         share = self._my_share(len(prompts))
@@ -259,7 +250,7 @@ class AgentWorker:
         samples = [dataclasses.replace(s, prompt_index=share.start + s.prompt_index) for s in samples]
         self._own = self._gather(samples)
         texts = self.agent.decode_answers([list(s.token_ids) for s in samples])
-        out = [Rollout(s.prompt_index, text, s.finished, float(sum(s.logps)), len(s.token_ids))
+        out = [Trajectory(s.prompt_index, self.index, text, s.finished, float(sum(s.logps)), len(s.token_ids))
                for s, text in zip(samples, texts, strict=True)]
         metrics["busy_s"] = time.perf_counter() - start
         return out, metrics
@@ -365,7 +356,7 @@ class AgentWorker:
         trajectories = list(pool.trajectories)
         for i, s in zip(own_positions, self._own, strict=True):
             t = trajectories[i]
-            if t.group != s.prompt_index or t.num_tokens != len(s.token_ids):
+            if t.prompt_index != s.prompt_index or t.num_tokens != len(s.token_ids):
                 raise RuntimeError(f"agent {self.spec.id}: pool answer {i} does not match its rollout")
             trajectories[i] = dataclasses.replace(t, token_ids=s.token_ids, token_logps=s.logps)
         return TrajectoryPool(pool.problems, trajectories)

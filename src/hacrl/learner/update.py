@@ -30,9 +30,10 @@ from hacrl.pool import TrajectoryPool
 
 @dataclass
 class ViewRow:
-    """One answer as the learner trains on it (in the learner's tokenization)."""
+    """One answer as the learner trains on it (in the learner's tokenization): a ``Trajectory`` tokenized
+    for this learner, with its advantage and ω; it never leaves the learner's worker."""
 
-    group: int
+    prompt_index: int  # the Trajectory's: the prompt within the step's batch, the advantage group
     source: int
     is_own: bool
     prompt_ids: list[int]
@@ -50,13 +51,13 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
     sources = None if algo.shares_pool else [learner.index]
     rows = []
     for t in pool.scored(sources):
-        prompt_ids = learner.render_prompt(prompts[t.group])
+        prompt_ids = learner.render_prompt(prompts[t.prompt_index])
         if t.source == learner.index:
-            rows.append(ViewRow(t.group, t.source, True, prompt_ids, list(t.token_ids), t.logp_mean,
+            rows.append(ViewRow(t.prompt_index, t.source, True, prompt_ids, list(t.token_ids), t.logp_mean,
                                 t.token_logps, float(t.reward)))
         else:
             answer_ids, truncated = learner.encode_answer(t.text, t.finished)
-            rows.append(ViewRow(t.group, t.source, False, prompt_ids, answer_ids, t.logp_mean, None,
+            rows.append(ViewRow(t.prompt_index, t.source, False, prompt_ids, answer_ids, t.logp_mean, None,
                                 float(t.reward), truncated))
     return rows
 
@@ -67,7 +68,7 @@ def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_
     if not rows:
         return
     rewards_B = torch.tensor([r.reward for r in rows])
-    groups_B = torch.tensor([r.group for r in rows])
+    groups_B = torch.tensor([r.prompt_index for r in rows])
     sources_B = torch.tensor([r.source for r in rows])
     if algo.advantage == "hacpo":
         adv_B = hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, capability=capability_N,
@@ -84,7 +85,7 @@ def minibatches(rows: list[ViewRow], minibatch_size: int, rows_per_prompt: int, 
     """Split rows into minibatches of whole prompt groups, prompts in a seeded random order."""
     by_group: dict[int, list[ViewRow]] = defaultdict(list)
     for r in rows:
-        by_group[r.group].append(r)
+        by_group[r.prompt_index].append(r)
     order = sorted(by_group)
     random.Random(seed).shuffle(order)
     prompts_per_mb = max(1, minibatch_size // rows_per_prompt)

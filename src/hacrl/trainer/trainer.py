@@ -14,6 +14,7 @@ Run it with ``hacrl train`` (see ``hacrl.cli``) or ``Trainer(cfg, run_dir).train
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -30,7 +31,7 @@ import yaml
 
 from hacrl.agents.agent import Agent
 from hacrl.backends import AgentFailure, make_backend
-from hacrl.backends.worker import Rollout, resolve_model_path
+from hacrl.backends.worker import resolve_model_path
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task, task_scorer
@@ -211,8 +212,8 @@ class Trainer:
         self.data_pos += len(batch)
         return batch
 
-    def _rollout(self, problems: list[Problem], timings: dict[str, float] | None = None) -> list[list[Rollout]]:
-        """Every agent answers every prompt (concurrently on Ray); returns each agent's answers."""
+    def _rollout(self, problems: list[Problem], timings: dict[str, float] | None = None) -> list[Trajectory]:
+        """Every agent answers every prompt (concurrently on Ray); returns the answers, agent by agent, unscored."""
         r = self.cfg.rollout
         params = SamplingParams(n=self.derived.group_size, temperature=r.temperature, top_p=r.top_p,
                                 max_new_tokens=r.max_new_tokens)
@@ -226,7 +227,7 @@ class Trainer:
                 timings[f"timing/rollout/{agent_id}"] = busy
                 timings.update(sub)
             self._rollout_metrics.update({f"agent/{agent_id}/rollout/{k}": v for k, v in m.items()})
-        return [rollouts for rollouts, _ in results]
+        return [t for answers, _ in results for t in answers]
 
     def _needs_recompute(self) -> bool:
         r = self.cfg.rollout
@@ -238,24 +239,20 @@ class Trainer:
         mixed = any(a.autocast or a.dtype != "float32" for a in self.cfg.agents)
         return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0 and not mixed)
 
-    def _score(self, problems: list[Problem], rollouts: list[list[Rollout]]) -> tuple[TrajectoryPool, dict]:
-        flat = [(index, r) for index, answers in enumerate(rollouts) for r in answers]
-        result = self.score([r.text for _, r in flat], [problems[r.prompt_index] for _, r in flat])
+    def _score(self, problems: list[Problem], answers: list[Trajectory]) -> tuple[TrajectoryPool, dict]:
+        result = self.score([t.text for t in answers], [problems[t.prompt_index] for t in answers])
         stats: dict[str, float] = {f"reward/{kind}": n for kind, n in result.counts().items()}
         for kind, message in result.first_message.items():
             logger.warning("step %d: %d answer(s) %s: %s", self.step_idx + 1, stats[f"reward/{kind}"],
                            "timed out" if kind == "timeout" else f"unscorable ({kind})", message)
-        if flat and result.ok == 0:
+        if answers and result.ok == 0:
             reasons = "; ".join(f"{n} {kind}: {result.first_message.get(kind, '')}" for kind, n in
                                 result.counts().items() if n and kind != "ok")
             raise InputError(f"task.reward: no answer of step {self.step_idx + 1} could be scored ({reasons}); "
                              f"fix the reward function or raise task.reward_timeout_s")
         # tokenizer-neutral: each worker keeps its own token ids and log-probs from rollout to update
-        trajectories = [
-            Trajectory(group=r.prompt_index, problem_id=problems[r.prompt_index].id, source=index, text=r.text,
-                       finished=r.finished, reward=reward, logp_sum=r.logp_sum, num_tokens=r.num_tokens,
-                       token_ids=(), token_logps=())
-            for (index, r), reward in zip(flat, result.rewards, strict=True)]
+        trajectories = [dataclasses.replace(t, reward=reward)
+                        for t, reward in zip(answers, result.rewards, strict=True)]
         for index, agent_id in enumerate(self.agent_ids):
             stats[f"agent/{agent_id}/unscorable"] = sum(
                 t.reward is None for t in trajectories if t.source == index)
@@ -267,9 +264,9 @@ class Trainer:
         with timed(timings, "data"):
             problems = self._next_problems()
         with timed(timings, "rollout"):
-            rollouts = self._rollout(problems, timings)
+            answers = self._rollout(problems, timings)
         with timed(timings, "reward"):
-            pool, metrics = self._score(problems, rollouts)
+            pool, metrics = self._score(problems, answers)
         metrics.update(self._rollout_metrics)
         with timed(timings, "capability"):
             rewards, sources = pool.rewards_and_sources()
@@ -340,7 +337,8 @@ class Trainer:
         """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark
         (the agents generate concurrently on Ray; the answers are scored here)."""
         params = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens, greedy=True)
-        suites = [(None, self.eval_problems, self.score)]
+        suites: list[tuple[str | None, list[Problem], Callable[[list[str], list[Problem]], ScoreResult]]] = [
+            (None, self.eval_problems, self.score)]
         suites += [(name, problems, scorer.score_problems) for name, (problems, scorer) in self.benchmarks.items()]
         answers = [self.backend.call("generate_texts", [([p.prompt for p in problems], params)] * len(self.agent_ids))
                    for _, problems, _ in suites]
