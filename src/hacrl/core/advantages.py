@@ -73,8 +73,10 @@ def group_advantages(
     Returns:
         float32[B]: (R_i − mean_g) / (std_g + eps); 0 for size-1 and all-equal groups.
 
-    >>> group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1])).tolist()
-    [0.7071062922477722, -0.7071062922477722, -0.7071062922477722, 0.7071062922477722]
+    Two groups of rewards {1, 0}: mean ½, unbiased std 1/√2, so each advantage is ±½·√2 ≈ ±0.7071.
+
+    >>> group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1])).round(decimals=4)
+    tensor([ 0.7071, -0.7071, -0.7071,  0.7071])
     """
     _check_flat(rewards=rewards, group_ids=group_ids)
     r_B = rewards.float()
