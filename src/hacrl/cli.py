@@ -241,11 +241,13 @@ def _print_agents(trainer: Any) -> None:
 
 
 def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
+    from hacrl.trainer.sinks import eval_key
+
     first, last = result.get("first"), result.get("last")
     print(f"hacrl: finished {trainer.step_idx} steps of {trainer.cfg.algorithm.name}; "
           f"held-out greedy accuracy on {len(trainer.eval_problems)} {trainer.task.name} problems:")
     for agent_id in trainer.agent_ids:
-        key = f"eval/{agent_id}/greedy_acc"
+        key = eval_key(agent_id)
         before = f"{first[key]:.3f}" if first else "  -  "
         after = f"{last[key]:.3f}" if last else "  -  "
         print(f"  {agent_id:<20} before {before}  after {after}")

@@ -21,6 +21,7 @@ import yaml
 
 from hacrl.config import Config, ConfigError, resume_conflict
 from hacrl.trainer.rundir import RunLock, has_content, remove_run
+from hacrl.trainer.sinks import read_evals, read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
 
 
 def _final_accuracies(run_dir: Path, step: int) -> dict[str, float]:
-    return {agent: acc for (s, agent), acc in _read_eval(run_dir).items() if s == step}
+    return {agent: acc for (s, agent), acc in read_evals(run_dir).items() if s == step}
 
 
 @dataclass
@@ -167,37 +168,9 @@ def _fmt_accs(accs: dict[str, float]) -> str:
 
 # ---- reading a run back --------------------------------------------------------------------------------
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill
-        if isinstance(rec, dict) and "step" in rec:
-            out.append(rec)
-    return out
-
-
 def _read_metrics(run_dir: Path) -> dict[int, dict[str, Any]]:
     """step → metrics (the last line of a step wins)."""
-    return {int(r["step"]): r for r in _read_jsonl(run_dir / "metrics.jsonl")}
-
-
-def _read_eval(run_dir: Path) -> dict[tuple[int, str], float]:
-    """(step, agent) → held-out greedy accuracy, from eval.jsonl (metrics.jsonl's eval/* as a fallback)."""
-    out: dict[tuple[int, str], float] = {}
-    for r in _read_jsonl(run_dir / "eval.jsonl"):
-        if "agent" in r and "benchmark" not in r and r.get("greedy_acc") is not None:
-            out[int(r["step"]), r["agent"]] = float(r["greedy_acc"])
-    if not out:
-        for step, m in _read_metrics(run_dir).items():
-            for k, v in m.items():
-                if k.startswith("eval/") and k.count("/") == 2 and k.endswith("/greedy_acc") and v is not None:
-                    out[step, k[5:-11]] = float(v)
-    return out
+    return {int(r["step"]): r for r in read_jsonl(run_dir / "metrics.jsonl")}
 
 
 @dataclass
@@ -213,6 +186,6 @@ def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
     out = []
     for o in outcomes:
         metrics = {s: m for s, m in _read_metrics(o.run_dir).items() if s <= steps}
-        evals = {k: v for k, v in _read_eval(o.run_dir).items() if k[0] <= steps}
+        evals = {k: v for k, v in read_evals(o.run_dir).items() if k[0] <= steps}
         out.append(RunData(o.algo, o.seed, metrics, evals))
     return out

@@ -15,6 +15,7 @@ from hacrl.config import Config
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import mean_sd, paired_difference
+from hacrl.trainer.sinks import phase_times
 
 BASELINES = ("gspo", "gspo2x")  # the report's Δ columns, for those present in the comparison
 
@@ -264,15 +265,12 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
 
 
 def _phase_seconds(metrics: dict) -> float:
-    """The step's phase times: ``timing/<phase>`` totals only (not ``timing/<phase>/<agent>``, which runs
-    since the worker split log beside them, nor the ``*_overlap`` ratios)."""
-    total = 0.0
-    for k, v in metrics.items():
-        name = k.removeprefix("timing/")
-        if k.startswith("timing/") and isinstance(v, int | float) and not name.endswith("_overlap"):
-            if "/" not in name or (name.startswith("update/") and "timing/update" not in metrics):
-                total += v  # runs from before the split logged update time per agent only
-    return total
+    """The step's phase times (``phase_times``: ``timing/<phase>`` totals only, not the per-agent times
+    logged beside them, nor the ``*_overlap`` ratios)."""
+    phases = phase_times(metrics)
+    if "update" not in phases:  # runs from before the worker split logged update time per agent only
+        phases["update"] = _update_seconds(metrics)
+    return sum(phases.values())
 
 
 def _update_seconds(metrics: dict) -> float:

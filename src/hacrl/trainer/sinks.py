@@ -1,4 +1,5 @@
-"""Where metrics go: a JSONL file (always), TensorBoard event files (if installed), or nothing.
+"""Where metrics go: a JSONL file (always), TensorBoard event files (if installed), or nothing; and how
+they read back: the evaluation keys, a step's phase times, metrics.jsonl and eval.jsonl records.
 
 Each sink takes flat ``{namespaced/key: number}`` dicts once per step.
 """
@@ -9,7 +10,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -78,3 +79,73 @@ class MultiSink:
     def close(self) -> None:
         for s in self.sinks:
             s.close()
+
+
+# ---- the metric keys, and reading a run's logs back ------------------------------------------------------
+
+def eval_key(agent: str, metric: str = "greedy_acc", benchmark: str | None = None) -> str:
+    """The key of an evaluation number: ``eval/<agent>/<metric>`` on the task's held-out split,
+    ``eval/<agent>/<benchmark>/<metric>`` on an eval benchmark (agent ids hold no '/').
+
+    >>> eval_key("a"), eval_key("a", "sampled_pass@4", "math500")
+    ('eval/a/greedy_acc', 'eval/a/math500/sampled_pass@4')
+    """
+    return f"eval/{agent}/{metric}" if benchmark is None else f"eval/{agent}/{benchmark}/{metric}"
+
+
+def parse_eval_key(key: str) -> tuple[str, str | None, str] | None:
+    """``(agent, benchmark or None, metric)`` of an ``eval_key``; None for any other key.
+
+    >>> parse_eval_key("eval/a/greedy_acc"), parse_eval_key("eval/a/gsm8k/greedy_acc"), parse_eval_key("pool/size")
+    (('a', None, 'greedy_acc'), ('a', 'gsm8k', 'greedy_acc'), None)
+    """
+    parts = key.split("/")
+    if parts[0] != "eval" or len(parts) not in (3, 4):
+        return None
+    return parts[1], (parts[2] if len(parts) == 4 else None), parts[-1]
+
+
+def phase_times(metrics: dict[str, Any]) -> dict[str, float]:
+    """A step's ``timing/<phase>`` totals in seconds: not the per-agent ``timing/<phase>/<agent>`` nor the
+    ``timing/<phase>_overlap`` ratios logged beside them.
+
+    >>> phase_times({"timing/rollout": 1.0, "timing/rollout/a": 0.6, "timing/rollout_overlap": 1.2, "x": 3})
+    {'rollout': 1.0}
+    """
+    out = {}
+    for k, v in metrics.items():
+        name = k.removeprefix("timing/")
+        if k.startswith("timing/") and "/" not in name and not name.endswith("_overlap") and isinstance(v, int | float):
+            out[name] = float(v)
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of metrics.jsonl or eval.jsonl (each has a ``step``); a line cut short by a kill is skipped."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "step" in rec:
+            out.append(rec)
+    return out
+
+
+def read_evals(run_dir: Path) -> dict[tuple[int, str], float]:
+    """(step, agent) → greedy accuracy on the task's held-out split, from the run's eval.jsonl (from its
+    metrics.jsonl's ``eval/<agent>/greedy_acc`` when eval.jsonl holds none)."""
+    out: dict[tuple[int, str], float] = {}
+    for r in read_jsonl(run_dir / "eval.jsonl"):
+        if "agent" in r and "benchmark" not in r and r.get("greedy_acc") is not None:
+            out[int(r["step"]), r["agent"]] = float(r["greedy_acc"])
+    if not out:
+        for m in read_jsonl(run_dir / "metrics.jsonl"):
+            for k, v in m.items():
+                parsed = parse_eval_key(k)
+                if parsed is not None and parsed[1:] == (None, "greedy_acc") and v is not None:
+                    out[int(m["step"]), parsed[0]] = float(v)
+    return out

@@ -43,28 +43,13 @@ from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
 from hacrl.trainer.evaluation import EvalResult, score_answers
-from hacrl.trainer.sinks import MultiSink, NullSink
+from hacrl.trainer.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
 from hacrl.trainer.trackers import make_sinks, resolve_loggers
 from hacrl.types import Problem, Trajectory
 
 __all__ = ["AgentFailure", "Trainer", "phase_times", "resolve_model_path"]
 
 logger = logging.getLogger(__name__)
-
-
-def phase_times(metrics: dict[str, Any]) -> dict[str, float]:
-    """A step's ``timing/<phase>`` totals in seconds: not the per-agent ``timing/<phase>/<agent>`` nor the
-    ``timing/<phase>_overlap`` ratios logged beside them.
-
-    >>> phase_times({"timing/rollout": 1.0, "timing/rollout/a": 0.6, "timing/rollout_overlap": 1.2, "x": 3})
-    {'rollout': 1.0}
-    """
-    out = {}
-    for k, v in metrics.items():
-        name = k.removeprefix("timing/")
-        if k.startswith("timing/") and "/" not in name and not name.endswith("_overlap"):
-            out[name] = float(v)
-    return out
 
 
 def sub_phase_timings(metrics: dict[str, float], agent_id: str) -> dict[str, float]:
@@ -355,11 +340,10 @@ class Trainer:
                                                     sampled=sampled[i] if task_k else None, k=task_k)
                     where = {"task": self.task.name} if name is None else {"benchmark": name}
                     f.write(json.dumps({"step": self.step_idx, **where, **res.as_dict()}) + "\n")
-                    prefix = f"eval/{agent_id}" if name is None else f"eval/{agent_id}/{name}"
-                    out[f"{prefix}/greedy_acc"] = res.greedy_acc
+                    out[eval_key(agent_id, "greedy_acc", name)] = res.greedy_acc
                     if res.sampled_avg is not None:
-                        out[f"{prefix}/sampled_avg@{k}"] = res.sampled_avg
-                        out[f"{prefix}/sampled_pass@{k}"] = res.sampled_pass
+                        out[eval_key(agent_id, f"sampled_avg@{k}", name)] = res.sampled_avg
+                        out[eval_key(agent_id, f"sampled_pass@{k}", name)] = res.sampled_pass
         return out
 
     def save_checkpoint(self) -> Path:
@@ -425,15 +409,7 @@ class Trainer:
 
     def eval_record(self, step: int) -> dict[str, float] | None:
         """The evaluation logged at ``step`` (from eval.jsonl), as ``{eval/<id>/greedy_acc: value}``."""
-        path = self.run_dir / "eval.jsonl"
-        if not path.is_file():
-            return None
-        out = {}
-        for line in path.read_text().splitlines():
-            rec = json.loads(line)
-            if rec["step"] == step and "benchmark" not in rec:
-                out[f"eval/{rec['agent']}/greedy_acc"] = rec["greedy_acc"]
-        return out or None
+        return {eval_key(agent): acc for (s, agent), acc in read_evals(self.run_dir).items() if s == step} or None
 
 
 def _on_main_thread() -> bool:
