@@ -1,8 +1,10 @@
 """The reward registry and the resolver for reward specs.
 
 A reward function has the signature ``(completion: str, sample: dict) -> float | None``. ``sample``
-holds at least ``answer`` (the ground-truth string) and may hold more fields (``prompt``, task
-metadata). ``None`` means "unscorable, skip this answer"; it is not the same as a wrong answer (0.0).
+holds at least ``answer`` (the ground-truth string); in training and evaluation it is the problem's
+``Problem.as_sample()``: the task's metadata fields, ``prompt``, ``answer`` and ``problem_id``. The
+tasks' own verifiers have the same signature. ``None`` means "unscorable, skip this answer"; it is not
+the same as a wrong answer (0.0).
 
 A *spec* names a reward: a registry name (``"exact"``, ``"numeric"``, ``"math"``), or a user function
 given as ``"package.module:function"`` or ``"path/to/file.py:function"``. Specs are plain strings, so
