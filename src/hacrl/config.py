@@ -134,7 +134,7 @@ SEQUENCE_CLIP_DEFAULT = (3e-4, 4e-4)
 
 
 class AlgorithmConfig(_Section):
-    name: str = Field("hacpo", description="hacpo, gspo, gspo2x, naive, grpo or a hacpo-* ablation")
+    name: str = Field("hacpo", description="hacpo, gspo, gspo2x, gspo-x<N>, naive, grpo or a hacpo-* variant")
     # the defaults below are hacpo's; _algorithm_clip_defaults puts in the named algorithm's when they are left out
     clip_low: float = Field(SEQUENCE_CLIP_DEFAULT[0], ge=0, lt=1, description="ε_low of own-answer clipping; "
                             "default: the algorithm's, 3e-4 (GSPO, the paper), grpo 0.2")
@@ -145,6 +145,14 @@ class AlgorithmConfig(_Section):
     delta_step: float = Field(0.025, ge=0, description="per-minibatch tightening of the cross lower bound")
     capability_window: int = Field(5, ge=1, description="K: steps averaged into an agent's capability")
     max_log_ratio: float = Field(10.0, gt=0)
+    cross_window: Literal["fixed", "adaptive"] = Field(
+        "fixed", description="fixed: the paper's [1-δ, 1]; adaptive: each learner widens ℓ_0 per source agent until "
+        "window_target of that source's cross answers lie inside (never narrower than 1-δ; hacrl.core.window)")
+    window_target: float = Field(0.75, gt=0, le=1, description="adaptive window: share of a source's cross answers "
+                                 "to hold inside [ℓ_0, 1]")
+    window_floor: float = Field(0.1, gt=0, lt=1, description="adaptive window: the lowest ℓ_0")
+    window_smoothing: float = Field(0.5, gt=0, le=1, description="adaptive window: weight of the newest step in the "
+                                    "geometric average of ℓ_0 across steps (1: the last step only)")
 
     @model_validator(mode="before")
     @classmethod
@@ -156,6 +164,13 @@ class AlgorithmConfig(_Section):
         low, high = CLIP_DEFAULTS.get(name, SEQUENCE_CLIP_DEFAULT) if isinstance(name, str) else SEQUENCE_CLIP_DEFAULT
         return {**data, "clip_low": low if data.get("clip_low") is None else data["clip_low"],
                 "clip_high": high if data.get("clip_high") is None else data["clip_high"]}
+
+    @model_validator(mode="after")
+    def _window_floor_below_ceiling(self) -> AlgorithmConfig:
+        if self.window_floor > 1.0 - self.delta:
+            raise ValueError(f"window_floor={self.window_floor} is above 1 - delta = {1.0 - self.delta:g}: "
+                             "set algorithm.window_floor below it (or a smaller delta)")
+        return self
 
 
 class TrainerConfig(_Section):

@@ -55,7 +55,7 @@ class Registry(Generic[T]):
         if name not in self._items:
             built = self._build(name)
             if built is None:
-                valid = ", ".join(self.names() + [label for _, label, _ in self._families]) or "(none)"
+                valid = ", ".join(self.listing()) or "(none)"
                 raise KeyError(f"unknown {self.kind} {name!r}; valid: {valid}")
             self._items[name] = built
         return self._items[name]
@@ -70,6 +70,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         """The registered names (family members only once looked up)."""
         return sorted(self._items)
+
+    def listing(self) -> list[str]:
+        """The registered names and the families' labels, for messages."""
+        return self.names() + [label for _, label, _ in self._families]
 
     def __contains__(self, name: object) -> bool:
         return name in self._items or (isinstance(name, str) and any(p.fullmatch(name) for p, _, _ in self._families))

@@ -282,8 +282,11 @@ class AgentWorker:
         return out
 
     def update(self, pool: TrajectoryPool, omega_NN: torch.Tensor, capability_N: torch.Tensor,
-               minibatch_size: int, rows_per_prompt: int) -> dict[str, float]:
-        """Train on the step's pool; the worker's own answers get back their token ids and log-probs."""
+               minibatch_size: int, rows_per_prompt: int, cross_lower0: list[float] | None = None) -> dict[str, Any]:
+        """Train on the step's pool; the worker's own answers get back their token ids and log-probs.
+
+        ``cross_lower0``: the adaptive cross window's ℓ_0 per source agent (None: the fixed 1 − δ); then the
+        result also holds ``cross_ratios``, source → the ratios of that source's answers the update saw."""
         start = time.perf_counter()
         pool = self._with_own_tokens(pool)
         agent, cfg = self.agent, self.cfg
@@ -296,9 +299,11 @@ class AgentWorker:
         settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
                                 self.spec.kl_coef)
         self._sleep_engine_for_training()
-        metrics = update_learner(agent, mbs, self.algo, settings, micro_batch_size=cfg.trainer.micro_batch_size,
-                                 grad_clip=self.spec.grad_clip, dp_group=self.dp_group,
-                                 shared_prompt=cfg.trainer.shared_prompt_forward)
+        ratios: dict[int, list[float]] | None = {} if cross_lower0 is not None else None
+        metrics: dict[str, Any] = update_learner(
+            agent, mbs, self.algo, settings, micro_batch_size=cfg.trainer.micro_batch_size,
+            grad_clip=self.spec.grad_clip, dp_group=self.dp_group, shared_prompt=cfg.trainer.shared_prompt_forward,
+            cross_lower0=cross_lower0, observed_ratios=ratios)
         self._check_update(metrics)
         self._wake_up()
         sync = getattr(self.engine, "sync_weights", None)
@@ -309,6 +314,8 @@ class AgentWorker:
         metrics["optimizer_steps"] = len(mbs)
         metrics["truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
         metrics["busy_s"] = time.perf_counter() - start
+        if ratios is not None:
+            metrics["cross_ratios"] = ratios
         return metrics
 
     # ---- divergence: stop where a loss, gradient, weight or log-prob becomes non-finite ------------------

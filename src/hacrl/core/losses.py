@@ -78,7 +78,7 @@ class PolicyLoss(Protocol):
     the settings of answers it has none of: gspo and grpo treat every row as the learner's own)."""
 
     def __call__(self, inputs: LossInputs, *, clip_low: float, clip_high: float, alpha: float = 1.0,
-                 cross_lower: float = 0.8, cross_clip: bool = True, max_log_ratio: float = 10.0,
+                 cross_lower: float | Tensor = 0.8, cross_clip: bool = True, max_log_ratio: float = 10.0,
                  kl_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
@@ -171,7 +171,7 @@ def hacpo_loss(
     clip_low: float,
     clip_high: float,
     alpha: float = 1.0,
-    cross_lower: float = 0.8,
+    cross_lower: float | Tensor = 0.8,
     cross_clip: bool = True,
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
@@ -184,7 +184,8 @@ def hacpo_loss(
         clip_low, clip_high: GSPO's clip radii for own answers (paper: 3e-4, 4e-4).
         alpha: exponent of the detached exponential-IS weight; 0 switches it off (paper: 1).
         cross_lower: lower clip bound ℓ_m of cross ratios, ``stepwise_lower_bound(m, ...)``; the upper one
-            is 1. The default is the paper's ℓ_0 = 1 − 0.2.
+            is 1. The default is the paper's ℓ_0 = 1 − 0.2. A float[B] tensor gives each row its own bound
+            (the adaptive window, ``hacrl.core.window``: one bound per source agent).
         cross_clip: False removes the cross clip altogether (the paper's "no Clip" ablation).
         max_log_ratio: clamp of the sequence log-ratio before ``exp``.
         kl_coef: β of the k3 KL term on own answers (needs ``ref_logp_BT``).
@@ -196,7 +197,7 @@ def hacpo_loss(
     """
     if inputs.old_logp_mean_B is None:
         raise ValueError("hacpo/gspo need old_logp_mean_B, the rollout-time mean token log-prob of each row")
-    if cross_clip and cross_lower > 1.0:
+    if cross_clip and float(torch.as_tensor(cross_lower).max()) > 1.0:
         raise ValueError(f"cross_lower={cross_lower} exceeds the cross window's upper bound 1")
     logp, mask = inputs.logp_BT, inputs.mask_BT
     adv_B = inputs.advantages_B.float()
@@ -209,7 +210,11 @@ def hacpo_loss(
     own_obj_B, own_clipped_B = _own_objective(s_B, adv_B, clip_low, clip_high)
 
     # eqs. 50-52: other agents' answers, clip(s, ℓ_m, 1) · sg(clip(s, ℓ_m, 1))^α · ω^(j,k) · A
-    c_B = s_B.clamp(cross_lower, 1.0) if cross_clip else s_B
+    if isinstance(cross_lower, Tensor):
+        cross_lower = cross_lower.to(s_B)
+        c_B = s_B.clamp(cross_lower, torch.ones_like(s_B)) if cross_clip else s_B
+    else:
+        c_B = s_B.clamp(cross_lower, 1.0) if cross_clip else s_B
     cross_obj_B = c_B * c_B.detach().pow(alpha) * omega_B * adv_B
 
     obj_B = torch.where(own_B, own_obj_B, cross_obj_B)
@@ -219,6 +224,8 @@ def hacpo_loss(
 
     cross_B = ~own_B & nonempty_B
     s_det_B = s_B.detach()
+    in_window_B = (s_det_B >= cross_lower) & (s_det_B <= 1.0)
+    has_grad_B = in_window_B if cross_clip else torch.ones_like(own_B)
     metrics = {
         "pg_loss": pg_loss.detach(),
         "kl": kl_mean,
@@ -227,7 +234,13 @@ def hacpo_loss(
         "cross/ratio_mean": _masked_mean(s_det_B, cross_B),
         "cross/clip_low_frac": _masked_mean(s_det_B < cross_lower, cross_B),
         "cross/clip_high_frac": _masked_mean(s_det_B > 1.0, cross_B),
-        "cross/in_window_frac": _masked_mean((s_det_B >= cross_lower) & (s_det_B <= 1.0), cross_B),
+        "cross/in_window_frac": _masked_mean(in_window_B, cross_B),
+        # which cross answers could teach: the positive-advantage ones, and how many of them the window holds
+        "cross/adv_pos_frac": _masked_mean(adv_B > 0, cross_B),
+        "cross/pos_in_window_frac": _masked_mean(in_window_B, cross_B & (adv_B > 0)),
+        # the scale of a cross answer's gradient next to an own answer's (≈ 1): c^(1+α)·ω where it has one
+        "cross/grad_scale": _masked_mean(torch.where(has_grad_B, c_B.detach().pow(1.0 + alpha) * omega_B, 0.0),
+                                         cross_B),
         "count/own": (own_B & nonempty_B).sum(),
         "count/cross": cross_B.sum(),
         "count/empty": (~nonempty_B).sum(),
@@ -245,7 +258,7 @@ def gspo_loss(
     clip_low: float,
     clip_high: float,
     alpha: float = 1.0,
-    cross_lower: float = 0.8,
+    cross_lower: float | Tensor = 0.8,
     cross_clip: bool = True,
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
@@ -270,7 +283,7 @@ def grpo_loss(
     clip_low: float,
     clip_high: float,
     alpha: float = 1.0,
-    cross_lower: float = 0.8,
+    cross_lower: float | Tensor = 0.8,
     cross_clip: bool = True,
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,

@@ -5,6 +5,7 @@
 | hacpo           | G per agent, shared   | own G + others' (N−1)·G, with HACPO's four corrections  |
 | gspo            | G per agent, private  | own G                                                   |
 | gspo2x          | 2G per agent, private | own 2G (the paper's GSPO×2: same updates as hacpo, N=2) |
+| gspo-x<N>       | N·G per agent, private| own N·G: the rollouts and updates of hacpo with N agents |
 | naive           | G per agent, shared   | the joint pool, plain GSPO, no corrections              |
 | grpo            | G per agent, private  | own G, token-level ratio (default ε 0.2 / 0.28)         |
 | hacpo-noadv     | as hacpo              | plain joint-mean baseline (the paper's "−Adv")          |
@@ -12,6 +13,12 @@
 | hacpo-alpha0    | as hacpo              | α = 0 (no exponential IS)                               |
 | hacpo-nostep    | as hacpo              | fixed cross window [1−δ, 1] ("no Stepwise")             |
 | hacpo-noclip    | as hacpo              | no cross clipping at all ("no Clip")                    |
+| hacpo-adaptive  | as hacpo              | adaptive cross window (``algorithm.cross_window``)      |
+
+With the default minibatch (B·G/2 sequences), a learner makes as many optimizer steps per training step as
+its pool has answers per prompt over G/2: hacpo with N agents 2N, gspo 2, gspo-x<N> 2N. So the baseline
+that matches N-agent hacpo's rollouts per agent *and* updates is gspo-x<N> (gspo2x for N = 2, the paper's);
+gspo matches its rollouts only.
 
 Every loss of ``hacrl.core.POLICY_LOSSES`` takes the same inputs and settings; ``cross_as_own`` and
 ``token_level`` only say what the learner puts into them. The clip radii ε_low / ε_high are ``algorithm.clip_low`` / ``clip_high``, whose default
@@ -39,6 +46,7 @@ class Algorithm:
     cross_clip: bool = True
     cross_as_own: bool = False  # other agents' answers train as the learner's own (naive): KL on them too
     token_level: bool = False  # the loss needs π_old per token (own rollout log-probs), not just its mean
+    adaptive_window: bool = False  # ℓ_0 per source from the cross ratios seen (as algorithm.cross_window: adaptive)
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
@@ -54,5 +62,21 @@ for _algo in (
     Algorithm("hacpo-alpha0", shares_pool=True, advantage="hacpo", loss="hacpo", alpha_zero=True),
     Algorithm("hacpo-nostep", shares_pool=True, advantage="hacpo", loss="hacpo", stepwise=False),
     Algorithm("hacpo-noclip", shares_pool=True, advantage="hacpo", loss="hacpo", cross_clip=False),
+    Algorithm("hacpo-adaptive", shares_pool=True, advantage="hacpo", loss="hacpo", adaptive_window=True),
 ):
     ALGORITHMS.add(_algo.name, _algo)
+
+
+def adaptive_window(algo: Algorithm, cross_window: str) -> bool:
+    """Whether a run's learners set their cross window adaptively: ``hacpo-adaptive``, or
+    ``algorithm.cross_window: adaptive`` with an algorithm that has a cross window (shared pool, HACPO's loss,
+    the cross clip on)."""
+    has_window = algo.shares_pool and algo.loss == "hacpo" and algo.cross_clip
+    return has_window and (algo.adaptive_window or cross_window == "adaptive")
+
+
+def _gspo_times(n: str) -> Algorithm:
+    return Algorithm(f"gspo-x{n}", shares_pool=False, advantage="group", loss="gspo", rollout_multiplier=int(n))
+
+
+ALGORITHMS.add_family(r"gspo-x(?P<n>[1-9][0-9]?)", "gspo-x<N>", _gspo_times)

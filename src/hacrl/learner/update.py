@@ -12,7 +12,7 @@ import contextlib
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,14 @@ from torch import Tensor
 
 from hacrl.agents.agent import Agent, token_logprobs
 from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_shared_prompt
-from hacrl.core import POLICY_LOSSES, LossInputs, group_advantages, hacpo_advantages, stepwise_lower_bound
+from hacrl.core import (
+    POLICY_LOSSES,
+    LossInputs,
+    group_advantages,
+    hacpo_advantages,
+    sequence_log_ratio,
+    stepwise_lower_bound,
+)
 from hacrl.learner.algorithms import Algorithm
 from hacrl.learner.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
 from hacrl.pool import TrajectoryPool
@@ -158,8 +165,14 @@ def update_learner(
     grad_clip: float,
     dp_group: Any = None,
     shared_prompt: bool = True,
+    cross_lower0: Sequence[float] | None = None,
+    observed_ratios: dict[int, list[float]] | None = None,
 ) -> dict[str, float]:
     """Run one optimizer step per minibatch; returns metrics averaged over minibatches (weighted by rows).
+
+    ``cross_lower0`` (the adaptive cross window, ``hacrl.core.window``): ℓ_0 per source agent, in place of
+    1 − δ; the stepwise tightening ℓ_m = min(1, ℓ_0 + m·δ_step) applies to each. ``observed_ratios`` (filled
+    if given): source → the sequence ratios of that source's cross answers, each as its minibatch saw it.
 
     With ``dp_group`` (a ``torch.distributed`` group of replicas of this agent, each calling this with the
     same rows), rank r takes micro-batches r, r+W, ...; gradients are summed across ranks before clipping,
@@ -178,6 +191,7 @@ def update_learner(
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = loss_settings(algo, settings, m)
+        step_m = m if algo.stepwise else 0
         starts = list(range(0, len(mb), micro_batch_size))
         # sharded: every rank runs as many passes (forward and backward are collectives); a rank short of
         # a micro-batch repeats its first one with weight 0 (a padding pass, metrics dropped)
@@ -193,7 +207,14 @@ def update_learner(
             ref_rows = ([r.is_own or algo.cross_as_own or sharded for r in micro] if use_ref else
                         [False] * len(micro))
             logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, ref_rows, clock)
-            loss, metrics = loss_fn(loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT), **kwargs)
+            inputs = loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT)
+            if cross_lower0 is not None:
+                kwargs["cross_lower"] = torch.tensor(
+                    [min(1.0, cross_lower0[r.source] + step_m * settings.delta_step) for r in micro],
+                    device=logp_BT.device)
+            if observed_ratios is not None and not pad:
+                _record_cross_ratios(observed_ratios, micro, inputs, settings.max_log_ratio)
+            loss, metrics = loss_fn(inputs, **kwargs)
             # weight by the micro-batch's share of the minibatch: the sum equals the minibatch's mean loss
             with clock("backward"):
                 (loss * (0.0 if pad else len(micro) / len(mb))).backward()
@@ -208,9 +229,31 @@ def update_learner(
         weights["grad_norm"] += len(mb)
     if dp_group is not None:
         totals, weights = _merge_across(totals, weights, dp_group)
+        if observed_ratios is not None:
+            _merge_ratios(observed_ratios, dp_group)
     out = {k: totals[k] / weights[k] for k in totals if weights[k] > 0}
     out.update({f"busy_{phase}_s": seconds for phase, seconds in clock.seconds.items()})  # this rank's
     return out
+
+
+def _record_cross_ratios(out: dict[int, list[float]], micro: list[ViewRow], inputs: LossInputs,
+                         max_log_ratio: float) -> None:
+    """Append each cross row's sequence ratio s (as the loss computes it, detached) under its source."""
+    assert inputs.old_logp_mean_B is not None
+    log_ratio_B, nonempty_B = sequence_log_ratio(inputs.logp_BT.detach(), inputs.mask_BT, inputs.old_logp_mean_B,
+                                                 max_log_ratio=max_log_ratio)
+    for r, lr, keep in zip(micro, torch.exp(log_ratio_B).tolist(), nonempty_B.tolist(), strict=True):
+        if not r.is_own and keep:
+            out.setdefault(r.source, []).append(lr)
+
+
+def _merge_ratios(out: dict[int, list[float]], group: Any) -> None:
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, dict(out), group=group)
+    out.clear()
+    for part in gathered:
+        for source, ratios in part.items():
+            out.setdefault(source, []).extend(ratios)
 
 
 class PhaseClock:

@@ -40,17 +40,40 @@ from hacrl.report.summary import summarize
 # ---- argument checks --------------------------------------------------------------------------------
 
 def parse_algos(algos: str | Sequence[str]) -> list[str]:
-    """``"hacpo,gspo"`` or a list → validated names, in order; raises ConfigError with one line."""
+    """``"hacpo,gspo"`` or a list → validated names, in order; raises ConfigError with one line.
+
+    A name may carry its own settings, ``NAME@key=value[@key=value...]`` (a bare key is in the ``algorithm``
+    section): ``hacpo,hacpo@delta=0.6`` compares two windows in one report."""
     names = [a.strip() for a in (algos.split(",") if isinstance(algos, str) else algos)]
     if not names or any(not a for a in names):
         raise ConfigError(f"--algos {','.join(names)!r}: give comma-separated names, e.g. hacpo,gspo,gspo2x")
     for a in names:
-        if a not in ALGORITHMS:
-            raise ConfigError(f"--algos: unknown algorithm {a!r}; valid: {', '.join(ALGORITHMS.names())}")
+        parse_variant(a)
     dupes = sorted({a for a in names if names.count(a) > 1})
     if dupes:
         raise ConfigError(f"--algos: {dupes[0]!r} is listed twice; list each algorithm once")
     return names
+
+
+def parse_variant(label: str) -> tuple[str, list[str]]:
+    """``"hacpo@delta=0.6@window_target=0.5"`` → ("hacpo", ["algorithm.delta=0.6", "algorithm.window_target=0.5"]).
+
+    >>> parse_variant("hacpo@delta=0.6@trainer.lr=1e-4")
+    ('hacpo', ['algorithm.delta=0.6', 'trainer.lr=1e-4'])
+    """
+    name, *settings = label.split("@")
+    if name not in ALGORITHMS:
+        raise ConfigError(f"--algos: unknown algorithm {name!r}; valid: {', '.join(ALGORITHMS.listing())}")
+    overrides = []
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"--algos {label!r}: {item!r} is not key=value; write e.g. {name}@delta=0.6")
+        key = key.strip() if "." in key else f"algorithm.{key.strip()}"
+        if key in ("algorithm.name", "run.seed"):
+            raise ConfigError(f"--algos {label!r}: {key} is set by compare; list another algorithm or seed instead")
+        overrides.append(f"{key}={value.strip()}")
+    return name, overrides
 
 
 def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
@@ -129,9 +152,10 @@ def run_comparison(
     base = load_config(preset, config_path, overrides)
     configs: dict[tuple[str, int], Config] = {}
     for algo in algos:  # every combination is checked before anything trains
-        a = ALGORITHMS.get(algo)
+        name, own = parse_variant(algo)
+        a = ALGORITHMS.get(name)
         for s in seed_list:
-            cfg = load_config(preset, config_path, [*overrides, f"algorithm.name={algo}", f"run.seed={s}"])
+            cfg = load_config(preset, config_path, [*overrides, *own, f"algorithm.name={name}", f"run.seed={s}"])
             derive(cfg, shares_pool=a.shares_pool, rollout_multiplier=a.rollout_multiplier, needs_groups=True)
             configs[algo, s] = cfg
     _check_models(base)
@@ -140,7 +164,7 @@ def run_comparison(
     # every run directory is checked (config, step count) before anything trains
     # seed-major: a comparison stopped part-way leaves whole seeds (every algorithm, paired), not whole algorithms
     order = sorted(configs, key=lambda k: (seed_list.index(k[1]), algos.index(k[0])))
-    plans = [plan_run(configs[algo, s], output_dir / "runs" / algo / f"seed-{s}") for algo, s in order]
+    plans = [plan_run(configs[algo, s], output_dir / "runs" / algo / f"seed-{s}", label=algo) for algo, s in order]
     counts = {a: sum(p.action == a for p in plans) for a in ("reuse", "resume", "restart", "train")}
     log(f"hacrl: comparing {', '.join(algos)} over {len(seed_list)} seed{'s' if len(seed_list) != 1 else ''} "
         f"in {output_dir}: {len(plans)} runs ({', '.join(f'{n} to {a}' for a, n in counts.items() if n)})")

@@ -80,11 +80,12 @@ class RunPlan:
     checkpoint: Path | None  # the latest complete checkpoint (reuse, resume)
 
 
-def plan_run(cfg: Config, run_dir: Path) -> RunPlan:
-    """What to do with one run directory; raises ConfigError when it cannot be reused or resumed safely."""
+def plan_run(cfg: Config, run_dir: Path, label: str | None = None) -> RunPlan:
+    """What to do with one run directory; raises ConfigError when it cannot be reused or resumed safely.
+    ``label``: the algorithm as the comparison names it (``hacpo@delta=0.6``; default the config's name)."""
     from hacrl.trainer.checkpoint import usable_checkpoint
 
-    algo, seed, steps = cfg.algorithm.name, cfg.run.seed, cfg.trainer.steps
+    algo, seed, steps = label or cfg.algorithm.name, cfg.run.seed, cfg.trainer.steps
     latest, damaged = usable_checkpoint(run_dir / "checkpoints")  # a damaged newest one is passed over
     for path, problem in damaged:
         logger.warning("checkpoint %s is damaged (%s); passing over it", path, problem)

@@ -12,12 +12,22 @@ from collections.abc import Callable
 from typing import Any
 
 from hacrl.config import Config
-from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.algorithms import ALGORITHMS, Algorithm
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import mean_sd, paired_difference
 from hacrl.trainer.sinks import phase_times
 
-BASELINES = ("gspo", "gspo2x")  # the report's Δ columns, for those present in the comparison
+
+def algorithm_of(label: str) -> Algorithm:
+    """The algorithm a comparison's label names (``hacpo@delta=0.6`` → hacpo)."""
+    return ALGORITHMS.get(label.split("@")[0])
+
+
+def is_baseline(label: str) -> bool:
+    """The report's Δ columns: GSPO on private answers at any rollout multiple (gspo, gspo2x, gspo-x<N>), as
+    registered (no per-variant settings)."""
+    a = algorithm_of(label)
+    return "@" not in label and not a.shares_pool and a.loss == "gspo"
 
 
 # ---- per-step values over runs ----------------------------------------------------------------------
@@ -59,7 +69,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
     steps, t = cfg.trainer.steps, cfg.trainer
     by_algo = {a: [d for d in data if d.algo == a] for a in algos}
     outcome_of = {(o.algo, o.seed): o for o in outcomes}
-    baselines = [b for b in BASELINES if b in algos]
+    baselines = [b for b in algos if is_baseline(b)]
 
     def final_of(d: RunData, agent: str) -> float | None:
         return d.evals.get((steps, agent))
@@ -101,7 +111,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
         finals = {algo: {d.seed: final_of(d, agent) for d in by_algo[algo]} for algo in algos}
         for algo in algos:
             runs = by_algo[algo]
-            a = ALGORITHMS.get(algo)
+            a = algorithm_of(algo)
             vals = [v for v in finals[algo].values() if v is not None]
             mean, sd = mean_sd(vals)
             start_mean, start_sd = mean_sd([d.evals.get((0, agent)) for d in runs])
@@ -127,7 +137,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
         summary["results"][agent] = per_algo
 
     for algo in algos:
-        if not ALGORITHMS.get(algo).shares_pool:
+        if not algorithm_of(algo).shares_pool:
             continue
         runs = by_algo[algo]
         diag: dict[str, Any] = {}
@@ -197,7 +207,7 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
                 sentences.append(f"{agent}: {inside:.0%} inside, {below:.0%} below, {above:.0%} above the "
                                  f"window, mean cross ratio {ratio:.2f}; the clipped ones were mostly "
                                  f"{side}.")
-        algorithm = ALGORITHMS.get(algo)
+        algorithm = algorithm_of(algo)
         in_baseline = algorithm.advantage == "hacpo" and algorithm.capability_aware
         in_update = algorithm.loss == "hacpo" and algorithm.use_omega
         omegas = [(a, o, v["mean"]) for a, d in diag.items() for o, v in d["omega"].items()

@@ -34,9 +34,10 @@ from hacrl.backends import AgentFailure, make_backend
 from hacrl.backends.worker import resolve_model_path
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
 from hacrl.core import CapabilityTracker
+from hacrl.core.window import CrossWindow
 from hacrl.data.factory import build_task, task_scorer
 from hacrl.errors import InputError
-from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import RewardScorer, ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
@@ -73,6 +74,18 @@ def timed(timings: dict[str, float], name: str) -> Iterator[None]:
         timings[f"timing/{name}"] = timings.get(f"timing/{name}", 0.0) + time.perf_counter() - start
 
 
+def rescue_share(pool: TrajectoryPool, *, learner: int, source: int) -> float:
+    """Share of the step's prompts on which ``learner`` wrote no correct answer (reward >= 1) and ``source``
+    wrote at least one: the prompts where the source's answers can teach the learner something it lacks."""
+    solved: dict[tuple[int, int], bool] = {}
+    for t in pool.scored([learner, source]):
+        key = (t.prompt_index, t.source)
+        solved[key] = solved.get(key, False) or t.reward >= 1.0
+    groups = {t.prompt_index for t in pool.trajectories}
+    hits = sum(not solved.get((g, learner), False) and solved.get((g, source), False) for g in groups)
+    return hits / max(len(groups), 1)
+
+
 class Trainer:
     """N agents trained together on one task. ``resume_from`` is a checkpoint directory."""
 
@@ -102,6 +115,10 @@ class Trainer:
         self._seed_everything(cfg.run.seed)
         self.agent_ids = [a.id for a in cfg.agents]
         self.tracker = CapabilityTracker(len(cfg.agents), window=cfg.algorithm.capability_window)
+        alg = cfg.algorithm
+        self.window = (CrossWindow(len(cfg.agents), delta=alg.delta, target=alg.window_target,
+                                   floor=alg.window_floor, smoothing=alg.window_smoothing)
+                       if adaptive_window(ALGORITHMS.get(alg.name), alg.cross_window) else None)
         if resume_from:
             self._restore(resume_from)
         self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
@@ -158,6 +175,8 @@ class Trainer:
         self.step_idx = state["step"]
         self.data_pos = state["data_pos"]
         self.tracker.load_state_dict(state["tracker"])
+        if self.window is not None:
+            self.window.load_state_dict(state["window"])
         ckpt.set_rng_state(state["rng"])
 
     def _truncate_logs(self, step: int) -> None:
@@ -258,11 +277,15 @@ class Trainer:
             step_rate = self.tracker.update(rewards, sources)
             capability, omega = self.tracker.capability, self.tracker.omega_matrix()
         d = self.derived
+        n = len(self.agent_ids)
+        bounds = [self.window.bounds(i) if self.window is not None else None for i in range(n)]
         with timed(timings, "update"):
-            results = self.backend.call("update", [(pool, omega, capability, d.minibatch_size,
-                                                    d.rows_per_prompt)] * len(self.agent_ids))
-        for agent_id, loss_metrics in zip(self.agent_ids, results, strict=True):
+            results = self.backend.call("update", [(pool, omega, capability, d.minibatch_size, d.rows_per_prompt,
+                                                    bounds[i]) for i in range(n)])
+        for i, (agent_id, loss_metrics) in enumerate(zip(self.agent_ids, results, strict=True)):
             timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
+            if self.window is not None:
+                metrics.update(self._observe_window(i, bounds[i], loss_metrics.pop("cross_ratios")))
             timings.update(sub_phase_timings(loss_metrics, agent_id))
             metrics.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
         for phase in ("rollout", "update"):
@@ -274,6 +297,17 @@ class Trainer:
         metrics.update(timings)
         self._write_samples(pool)
         return metrics
+
+    def _observe_window(self, learner: int, used: list[float] | None, ratios: dict[int, list[float]]
+                        ) -> dict[str, float]:
+        """Feed the adaptive window the cross ratios ``learner`` saw; log the ℓ_0 it used per source."""
+        assert self.window is not None and used is not None
+        out = {}
+        for j, b in enumerate(self.agent_ids):
+            if j != learner:
+                out[f"agent/{self.agent_ids[learner]}/window_lower/{b}"] = used[j]
+                self.window.observe(learner, j, torch.tensor(ratios.get(j, []), dtype=torch.float64))
+        return out
 
     def _pool_metrics(self, pool: TrajectoryPool, rate, capability, omega) -> dict[str, float]:
         out: dict[str, float] = {"pool/size": len(pool)}
@@ -288,6 +322,7 @@ class Trainer:
             for j, b in enumerate(self.agent_ids):
                 if j != i:
                     out[f"agent/{a}/omega/{b}"] = float(omega[i, j])
+                    out[f"agent/{a}/rescue/{b}"] = rescue_share(pool, learner=i, source=j)
         return out
 
     def _write_samples(self, pool: TrajectoryPool) -> None:
@@ -349,6 +384,8 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         state = {"step": self.step_idx, "data_pos": self.data_pos, "tracker": self.tracker.state_dict(),
                  "rng": ckpt.rng_state()}
+        if self.window is not None:
+            state["window"] = self.window.state_dict()
         manifest = {"agents": [{"id": a.id, "model": a.model} for a in self.cfg.agents],
                     "algorithm": self.cfg.algorithm.name}
         ids = self.agent_ids
