@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import torch
+import yaml
 
 from hacrl.config import ConfigError
 from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
@@ -99,6 +100,10 @@ def _compare_args(*argv):
     (["--seeds", "two"], "number of seeds"),
     (["--set", "run.seed=3"], "--seeds"),
     (["--set", "algorithm.name=gspo"], "--algos"),
+    (["--algos", "hacpo@delta"], "is not key=value"),
+    (["--algos", "hacpo@run.seed=3"], "set by compare"),
+    (["--algos", "hacpo@delta=2"], "algorithm.delta"),
+    (["--algos", "gspo-x0"], "gspo-x<N>"),
     (["--preset", "tiny-test", "--set", "agents.qwen-char.model=/no/such/model"], "is not a directory"),
     (["--preset", "tiny-test", "--set", "trainer.batch_size=0"], "trainer.batch_size"),
 ])
@@ -112,6 +117,19 @@ def test_bad_arguments_raise_one_line_config_errors(argv, needle, tmp_path):
 def test_seed_and_algo_parsing():
     assert parse_seeds(3) == [0, 1, 2] and parse_seeds("2") == [0, 1] and parse_seeds("4,1") == [4, 1]
     assert parse_algos(" hacpo , gspo2x") == ["hacpo", "gspo2x"]
+    assert parse_algos("hacpo@delta=0.6,gspo-x3") == ["hacpo@delta=0.6", "gspo-x3"]
+
+
+def test_a_variant_runs_under_its_own_settings_and_every_gspo_multiple_is_a_baseline(tiny_models, tmp_path):
+    out = tmp_path / "cmp"
+    overrides = [o for o in _overrides(tiny_models) if not o.startswith("trainer.steps")] + ["trainer.steps=1"]
+    run_comparison("tiny-test", "hacpo@delta=0.6@window_target=0.5,gspo-x2", 1, overrides, out, log=lambda _: None)
+    saved = yaml.safe_load((out / "runs" / "hacpo@delta=0.6@window_target=0.5" / "seed-0" / "config.yaml").read_text())
+    assert (saved["algorithm"]["name"], saved["algorithm"]["delta"], saved["algorithm"]["window_target"]) == (
+        "hacpo", 0.6, 0.5)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["baselines"] == ["gspo-x2"]
+    assert "Δ vs gspo-x2" in (out / "report.md").read_text()
 
 
 # ---- a real comparison on throwaway tiny models ---------------------------------------------------------

@@ -15,10 +15,10 @@
 | hacpo-noclip    | as hacpo              | no cross clipping at all ("no Clip")                    |
 | hacpo-adaptive  | as hacpo              | adaptive cross window (``algorithm.cross_window``)      |
 
-With the default minibatch (B·G/2 sequences), a learner makes as many optimizer steps per training step as
-its pool has answers per prompt over G/2: hacpo with N agents 2N, gspo 2, gspo-x<N> 2N. So the baseline
-that matches N-agent hacpo's rollouts per agent *and* updates is gspo-x<N> (gspo2x for N = 2, the paper's);
-gspo matches its rollouts only.
+With the default minibatch (B·G/2 sequences, in whole prompt groups), a learner's optimizer steps per
+training step depend only on its answers per prompt: N·G for hacpo with N agents and for gspo-x<N> alike
+(2N steps when 2N divides B), G for gspo (2 steps). So the baseline that matches N-agent hacpo's rollouts
+per agent *and* updates is gspo-x<N> (gspo2x for N = 2, the paper's); gspo matches its rollouts only.
 
 Every loss of ``hacrl.core.POLICY_LOSSES`` takes the same inputs and settings; ``cross_as_own`` and
 ``token_level`` only say what the learner puts into them. The clip radii ε_low / ε_high are ``algorithm.clip_low`` / ``clip_high``, whose default
