@@ -81,7 +81,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
         "steps": steps, "batch_size": t.batch_size, "rollouts_per_prompt": cfg.rollout.rollouts_per_prompt,
         "eval_size": t.eval_size, "eval_every": t.eval_every, "baselines": baselines,
         "delta": cfg.algorithm.delta, "delta_step": cfg.algorithm.delta_step,
-        "runs": [], "results": {}, "cost": {}, "diagnostics": {},
+        "runs": [], "results": {}, "cost": {}, "diagnostics": {}, "windows": {},
     }
     for d in data:
         o = outcome_of[d.algo, d.seed]
@@ -161,10 +161,30 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
                 "in_window_curve": _series(runs, lambda d, s, agent=agent: _metric(
                     d, s, f"agent/{agent}/cross/in_window_frac") if s > 0 else None),
                 "omega": omega,
+                # the adaptive window's ℓ_0 (None for a fixed window)
+                "window_lower": mean_sd([avg(f"window_lower/{o}") for o in agent_ids if o != agent])[0],
             }
         summary["diagnostics"][algo] = diag
+        summary["windows"][algo] = _window_of(algo, outcome_of, seeds, cfg)
     summary["reading"] = automatic_reading(summary)
     return summary
+
+
+def _window_of(algo: str, outcome_of: dict, seeds: list[int], cfg: Config) -> dict[str, Any]:
+    """δ and whether the window adapts, as the algorithm's runs were configured (a variant may set its own)."""
+    import yaml
+
+    from hacrl.learner.algorithms import adaptive_window
+
+    section = cfg.algorithm.model_dump()
+    for s in seeds:
+        o = outcome_of.get((algo, s))
+        path = o.run_dir / "config.yaml" if o is not None else None
+        if path is not None and path.is_file():
+            section = {**section, **((yaml.safe_load(path.read_text()) or {}).get("algorithm") or {})}
+            break
+    adaptive = adaptive_window(algorithm_of(algo), str(section.get("cross_window", "fixed")))
+    return {"delta": section.get("delta"), "adaptive": adaptive}
 
 
 # ---- the automatic reading ------------------------------------------------------------------------------
@@ -172,8 +192,9 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
 def automatic_reading(summary: dict[str, Any]) -> list[str]:
     """One paragraph per pool-sharing algorithm, plus one on the accuracy differences."""
     paragraphs = []
-    delta = summary.get("delta")
     for algo, diag in summary["diagnostics"].items():
+        window_of = summary.get("windows", {}).get(algo, {})
+        delta = window_of.get("delta", summary.get("delta"))
         fracs = {a: d["in_window_frac"] for a, d in diag.items() if d["in_window_frac"] is not None}
         sentences = []
         if not fracs:
@@ -181,8 +202,14 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
                              f"how much the other agents' answers counted cannot be read from the metrics.")
         else:
             overall = sum(fracs.values()) / len(fracs)
-            window = (f"the clip window [ℓ_m, 1] (ℓ_0 = {1 - delta:g})" if delta is not None
-                      else "the clip window")
+            lowers = [d.get("window_lower") for d in diag.values() if d.get("window_lower") is not None]
+            if window_of.get("adaptive") and lowers:
+                window = (f"the adaptive clip window [ℓ_m, 1] (ℓ_0 between {min(lowers):.2f} and {max(lowers):.2f} "
+                          f"on average, at most {1 - delta:g})")
+            elif delta is not None:
+                window = f"the clip window [ℓ_m, 1] (ℓ_0 = {1 - delta:g})"
+            else:
+                window = "the clip window"
             if overall < 0.005:
                 sentences.append(f"No cross answer fell inside {window}: {algo} acted like GSPO (answers "
                                  f"outside the window are clipped and give no gradient).")
