@@ -433,12 +433,15 @@ def training_differences(saved: dict[str, Any], new: dict[str, Any]) -> list[tup
 
     Sections are compared field by field and agents by id (another agent list is the one difference
     ``agents``); other values, dicts and lists included, are compared whole. A field only one tree has
-    (added or removed between hacrl versions) is passed over.
+    (added or removed between hacrl versions) is passed over, unless it was added with a plain default: then
+    the older run had that default.
 
     >>> old = {"trainer": {"steps": 2, "batch_size": 4}, "agents": [{"id": "a", "lr": 0.001, "num_cpus": 1}]}
     >>> new = {"trainer": {"steps": 9, "batch_size": 4}, "agents": [{"id": "a", "lr": 0.002, "num_cpus": 4}]}
     >>> training_differences(old, new)
     [('agents.a.lr', 0.001, 0.002)]
+    >>> training_differences({"algorithm": {}}, {"algorithm": {"cross_window": "adaptive"}})
+    [('algorithm.cross_window', 'fixed', 'adaptive')]
     """
     return list(_differences(Config, saved, new, ""))
 
@@ -447,6 +450,8 @@ def _differences(section: type[BaseModel], old: dict[str, Any], new: dict[str, A
                  prefix: str) -> Iterator[tuple[str, Any, Any]]:
     for name, field in section.model_fields.items():
         key, a, b = f"{prefix}{name}", old.get(name, _MISSING), new.get(name, _MISSING)
+        if a is _MISSING and isinstance(field.default, str | int | float | bool):
+            a = field.default  # a setting added since the run was made: the run had its default
         generic = f"agents.*.{name}" if prefix.startswith("agents.") else key
         if a is _MISSING or b is _MISSING or generic in RESUME_NEUTRAL:
             continue
