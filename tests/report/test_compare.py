@@ -104,6 +104,7 @@ def _compare_args(*argv):
     (["--algos", "hacpo@run.seed=3"], "set by compare"),
     (["--algos", "hacpo@delta=2"], "algorithm.delta"),
     (["--algos", "gspo-x0"], "gspo-x<N>"),
+    (["--algos", "hacpo,gspo", "--baselines", "gspo2x"], "listed in --algos"),
     (["--preset", "tiny-test", "--set", "agents.qwen-char.model=/no/such/model"], "is not a directory"),
     (["--preset", "tiny-test", "--set", "trainer.batch_size=0"], "trainer.batch_size"),
 ])
@@ -130,6 +131,12 @@ def test_a_variant_runs_under_its_own_settings_and_every_gspo_multiple_is_a_base
     summary = json.loads((out / "summary.json").read_text())
     assert summary["baselines"] == ["gspo-x2"]
     assert "Δ vs gspo-x2" in (out / "report.md").read_text()
+    # the same runs, reused, paired against the variant instead
+    label = "hacpo@delta=0.6@window_target=0.5"
+    run_comparison("tiny-test", f"{label},gspo-x2", 1, overrides, out, log=lambda _: None, baselines=label)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["baselines"] == [label] and "--baselines" in summary["command"]
+    assert f"Δ vs {label}" in (out / "report.md").read_text()
 
 
 # ---- a real comparison on throwaway tiny models ---------------------------------------------------------

@@ -76,6 +76,16 @@ def parse_variant(label: str) -> tuple[str, list[str]]:
     return name, overrides
 
 
+def parse_baselines(baselines: str | Sequence[str], algos: Sequence[str]) -> list[str]:
+    """``--baselines``: algorithms of the comparison that every other one is paired against in the report."""
+    names = [b.strip() for b in (baselines.split(",") if isinstance(baselines, str) else baselines)]
+    missing = [b for b in names if b not in algos]
+    if not names or missing or any(not b for b in names):
+        raise ConfigError(f"--baselines {','.join(names)!r}: give algorithms listed in --algos "
+                          f"({','.join(algos)})")
+    return names
+
+
 def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
     """A count N (seeds 0..N−1) or an explicit list ``"0,3,7"``; raises ConfigError with one line."""
     if isinstance(seeds, str):
@@ -111,7 +121,7 @@ def _split_source(source: str | Path) -> tuple[str | None, Path | None]:
 # ---- running the comparison ------------------------------------------------------------------------
 
 def default_command(preset: str | None, config_path: Path | None, algos: Sequence[str], seeds: Sequence[int],
-                    overrides: Sequence[str], output_dir: Path) -> str:
+                    overrides: Sequence[str], output_dir: Path, baselines: Sequence[str] | None = None) -> str:
     parts = ["hacrl", "compare"]
     parts += ["--preset", preset] if preset else ["--config", str(config_path)] if config_path else []
     parts += ["--algos", ",".join(algos)]
@@ -119,6 +129,8 @@ def default_command(preset: str | None, config_path: Path | None, algos: Sequenc
     parts += ["--seeds", str(len(seeds)) if counted else ",".join(map(str, seeds))]
     for o in overrides:
         parts += ["--set", o]
+    if baselines:
+        parts += ["--baselines", ",".join(baselines)]
     parts += ["--output", str(output_dir)]
     return shlex.join(parts)
 
@@ -133,6 +145,7 @@ def run_comparison(
     log: Callable[[str], None] = print,
     log_steps: bool = False,
     command: str | None = None,
+    baselines: str | Sequence[str] | None = None,
 ) -> Path:
     """Train (or reuse) every algorithm × seed and write ``report.md``, ``summary.json`` and ``plots/``.
 
@@ -142,6 +155,7 @@ def run_comparison(
     """
     algos = parse_algos(algos)
     seed_list = parse_seeds(seeds)
+    paired_with = None if baselines is None else parse_baselines(baselines, algos)
     overrides = list(overrides or [])
     for o in overrides:
         key = o.split("=", 1)[0].strip()
@@ -159,7 +173,7 @@ def run_comparison(
             derive(cfg, shares_pool=a.shares_pool, rollout_multiplier=a.rollout_multiplier, needs_groups=True)
             configs[algo, s] = cfg
     _check_models(base)
-    command = command or default_command(preset, config_path, algos, seed_list, overrides, output_dir)
+    command = command or default_command(preset, config_path, algos, seed_list, overrides, output_dir, paired_with)
 
     # every run directory is checked (config, step count) before anything trains
     # seed-major: a comparison stopped part-way leaves whole seeds (every algorithm, paired), not whole algorithms
@@ -178,6 +192,8 @@ def run_comparison(
         "overrides": overrides, "algorithms": algos, "seeds": seed_list, "wall_s": wall,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+    if paired_with is not None:
+        meta["baselines"] = paired_with
     data = outputs_data(outcomes, base)
     summary = summarize(base, meta, outcomes, data)
     plots = write_plots(summary, output_dir / "plots")

@@ -27,8 +27,10 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     c.add_argument("--preset", help="a named preset (see `hacrl presets`); default tiny-model")
     c.add_argument("--config", help="a YAML config file")
     c.add_argument("--algos", default=DEFAULT_ALGOS,
-                   help="comma-separated algorithms (hacpo, gspo, gspo2x, naive, grpo, hacpo-*); "
-                        f"default {DEFAULT_ALGOS}")
+                   help="comma-separated algorithms (hacpo, gspo, gspo2x, gspo-x<N>, naive, grpo, hacpo-*), "
+                        f"each optionally NAME@key=value[@key=value...]; default {DEFAULT_ALGOS}")
+    c.add_argument("--baselines", help="comma-separated algorithms of --algos to pair every other one against "
+                                       "(default: the GSPO baselines listed: gspo, gspo2x, gspo-x<N>)")
     c.add_argument("--seeds", default=DEFAULT_SEEDS,
                    help="number of seeds N (run.seed = 0..N-1) or a list such as 0,3,7; default 3")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -62,7 +64,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         report = run_comparison(source, algos, seeds, args.overrides, output,
                                 log=lambda line: print(line, flush=True), log_steps=not args.quiet,
-                                command=command)
+                                command=command, baselines=args.baselines)
     except KeyboardInterrupt:
         print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
               file=sys.stderr)

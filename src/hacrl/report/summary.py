@@ -69,7 +69,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
     steps, t = cfg.trainer.steps, cfg.trainer
     by_algo = {a: [d for d in data if d.algo == a] for a in algos}
     outcome_of = {(o.algo, o.seed): o for o in outcomes}
-    baselines = [b for b in algos if is_baseline(b)]
+    baselines = meta.get("baselines") or [b for b in algos if is_baseline(b)]
 
     def final_of(d: RunData, agent: str) -> float | None:
         return d.evals.get((steps, agent))
