@@ -13,7 +13,15 @@ import math
 
 import pytest
 import torch
-from test_update import CROSS_RATIOS, SETTINGS, ablation_minibatches, make_agent, run_algorithm, spy  # noqa: F401
+from test_update import (  # noqa: F401  (the fixtures spy and the autouse _one_thread come along)
+    CROSS_RATIOS,
+    SETTINGS,
+    _one_thread,
+    ablation_minibatches,
+    make_agent,
+    run_algorithm,
+    spy,
+)
 
 from hacrl.config import derive, load_config
 from hacrl.core import hacpo_loss
@@ -24,15 +32,6 @@ from hacrl.learner.update import ViewRow, minibatches, update_learner
 from hacrl.pool import TrajectoryPool
 from hacrl.trainer.trainer import Trainer, rescue_share
 from hacrl.types import Problem, Trajectory
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 # ---- the loss takes one bound per row -----------------------------------------------------------------------
 
