@@ -20,6 +20,7 @@ from hacrl.core.losses import (
     kl_k3,
     sequence_log_ratio,
     stepwise_lower_bound,
+    stepwise_tightened,
 )
 
 __all__ = [
@@ -40,4 +41,5 @@ __all__ = [
     "selected_logprobs",
     "sequence_log_ratio",
     "stepwise_lower_bound",
+    "stepwise_tightened",
 ]

@@ -122,13 +122,23 @@ def stepwise_lower_bound(minibatch_index: int, *, delta: float, delta_step: floa
     >>> stepwise_lower_bound(0, delta=0.2, delta_step=0.025), stepwise_lower_bound(3, delta=0.2, delta_step=0.025)
     (0.8, 0.875)
     """
-    if minibatch_index < 0:
-        raise ValueError(f"minibatch_index must be >= 0, got {minibatch_index}")
     if not 0.0 <= delta <= 1.0:
         raise ValueError(f"delta must lie in [0, 1], got {delta}")
+    return stepwise_tightened(1.0 - delta, minibatch_index, delta_step=delta_step)
+
+
+def stepwise_tightened(lower0: float, minibatch_index: int, *, delta_step: float) -> float:
+    """Eq. 14's tightening of a cross window that starts at ℓ_0 (1 − δ, or the adaptive window's bound):
+    ℓ_m = min(1, ℓ_0 + m·δ_step).
+
+    >>> stepwise_tightened(0.4, 2, delta_step=0.025), stepwise_tightened(0.99, 1, delta_step=0.025)
+    (0.45, 1.0)
+    """
+    if minibatch_index < 0:
+        raise ValueError(f"minibatch_index must be >= 0, got {minibatch_index}")
     if delta_step < 0:
         raise ValueError(f"delta_step must be >= 0, got {delta_step}")
-    return min(1.0, 1.0 - delta + minibatch_index * delta_step)
+    return min(1.0, lower0 + minibatch_index * delta_step)
 
 
 def kl_k3(logp_BT: Tensor, ref_logp_BT: Tensor) -> Tensor:

@@ -29,6 +29,7 @@ from hacrl.core import (
     hacpo_advantages,
     sequence_log_ratio,
     stepwise_lower_bound,
+    stepwise_tightened,
 )
 from hacrl.learner.algorithms import Algorithm
 from hacrl.learner.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
@@ -119,10 +120,14 @@ class LossSettings:
     kl_coef: float
 
 
-def loss_settings(algo: Algorithm, s: LossSettings, m: int) -> dict[str, Any]:
+def loss_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[float] | None = None) -> dict[str, Any]:
     """The keyword settings of the policy loss at optimizer step ``m`` of the learner's update: the same
-    keys for every loss, the ablation switches applied (α = 0, ℓ fixed at ℓ_0, no cross clip)."""
-    lower = stepwise_lower_bound(m if algo.stepwise else 0, delta=s.delta, delta_step=s.delta_step)
+    keys for every loss, the ablation switches applied (α = 0, ℓ fixed at ℓ_0, no cross clip). ``lower0``:
+    each row's ℓ_0 in place of 1 − δ (the adaptive window); ``cross_lower`` is then a float[B] tensor."""
+    index = m if algo.stepwise else 0
+    lower: float | Tensor = (
+        stepwise_lower_bound(index, delta=s.delta, delta_step=s.delta_step) if lower0 is None else
+        torch.tensor([stepwise_tightened(x, index, delta_step=s.delta_step) for x in lower0]))
     return {"clip_low": s.clip_low, "clip_high": s.clip_high, "alpha": 0.0 if algo.alpha_zero else s.alpha,
             "cross_lower": lower, "cross_clip": algo.cross_clip, "max_log_ratio": s.max_log_ratio,
             "kl_coef": s.kl_coef}
@@ -191,7 +196,6 @@ def update_learner(
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = loss_settings(algo, settings, m)
-        step_m = m if algo.stepwise else 0
         starts = list(range(0, len(mb), micro_batch_size))
         # sharded: every rank runs as many passes (forward and backward are collectives); a rank short of
         # a micro-batch repeats its first one with weight 0 (a padding pass, metrics dropped)
@@ -208,10 +212,8 @@ def update_learner(
                         [False] * len(micro))
             logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, ref_rows, clock)
             inputs = loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT)
-            if cross_lower0 is not None:
-                kwargs["cross_lower"] = torch.tensor(
-                    [min(1.0, cross_lower0[r.source] + step_m * settings.delta_step) for r in micro],
-                    device=logp_BT.device)
+            if cross_lower0 is not None:  # each row's bound: its source's ℓ_0, tightened as ℓ_m
+                kwargs = loss_settings(algo, settings, m, [cross_lower0[r.source] for r in micro])
             if observed_ratios is not None and not pad:
                 _record_cross_ratios(observed_ratios, micro, inputs, settings.max_log_ratio)
             loss, metrics = loss_fn(inputs, **kwargs)
