@@ -13,10 +13,9 @@ import math
 
 import pytest
 import torch
-from test_update import (  # noqa: F401  (the fixtures spy and the autouse _one_thread come along)
+from test_update import (  # noqa: F401  (the fixture spy comes along)
     CROSS_RATIOS,
     SETTINGS,
-    _one_thread,
     ablation_minibatches,
     make_agent,
     run_algorithm,
@@ -32,6 +31,8 @@ from hacrl.learner.update import ViewRow, minibatches, update_learner
 from hacrl.pool import TrajectoryPool
 from hacrl.trainer.trainer import Trainer, rescue_share
 from hacrl.types import Problem, Trajectory
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # ---- the loss takes one bound per row -----------------------------------------------------------------------
 

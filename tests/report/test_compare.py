@@ -29,10 +29,7 @@ ALGOS = "hacpo,gspo"
 SEEDS = 2
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---- paired_difference ----------------------------------------------------------------------------

@@ -24,12 +24,7 @@ from hacrl.rollout import vllm as vllm_engine
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _one_line(exc: pytest.ExceptionInfo) -> str:
