@@ -11,8 +11,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 from hacrl.config import Config
-from hacrl.learner.algorithms import ALGORITHMS, Algorithm
+from hacrl.learner.algorithms import ALGORITHMS, Algorithm, adaptive_window
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import mean_sd, paired_difference
 from hacrl.trainer.sinks import phase_times
@@ -172,10 +174,6 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
 
 def _window_of(algo: str, outcome_of: dict, seeds: list[int], cfg: Config) -> dict[str, Any]:
     """δ and whether the window adapts, as the algorithm's runs were configured (a variant may set its own)."""
-    import yaml
-
-    from hacrl.learner.algorithms import adaptive_window
-
     section = cfg.algorithm.model_dump()
     for s in seeds:
         o = outcome_of.get((algo, s))
