@@ -263,7 +263,8 @@ def test_partial_run_is_resumed_and_checkpointless_run_restarted(comparison, tin
     partial, empty = out / "runs/hacpo/seed-0", out / "runs/gspo/seed-1"
     expected = {partial: metrics_without_timing(partial), empty: metrics_without_timing(empty)}
     shutil.rmtree(partial / "checkpoints" / "step-000002")  # step-000001 is left: resume from it
-    shutil.rmtree(empty / "checkpoints")  # no checkpoint at all: start again from scratch
+    shutil.rmtree(empty / "checkpoints")  # no checkpoint at all and no record of finishing: start again
+    (empty / "compare.json").unlink()
     lines: list[str] = []
     run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append)
     assert any("hacpo seed 0: resuming from step 1 of 2" in line for line in lines)
@@ -289,3 +290,46 @@ def test_phase_seconds_count_each_phase_once():
     # before it: per-agent update times only
     old = {"timing/rollout": 1.0, "timing/update/a": 1.2, "timing/update/b": 0.8, "timing/reward": 0.5}
     assert _phase_seconds(old) == 3.5 and _update_seconds(old) == 2.0
+
+
+def test_finished_runs_without_checkpoints_are_reused_and_unfinished_ones_retrained(comparison, tiny_models,
+                                                                                     tmp_path):
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+    summary_before = json.loads((src / "summary.json").read_text())["results"]
+    lines: list[str] = []
+    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append,
+                   keep_checkpoints="none")
+    assert sum("removed the checkpoints" in line for line in lines) == 4
+    for run in _run_dirs(out):
+        assert not (run / "checkpoints").exists()
+        assert json.loads((run / "compare.json").read_text())["checkpoints_removed"] is True
+
+    # a third invocation (a fresh copy of the directory, say) reuses all four from their records alone
+    lines.clear()
+    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append)
+    assert sum("reused" in line for line in lines) == 4
+    assert json.loads((out / "summary.json").read_text())["results"] == summary_before
+
+    # a changed training setting is still refused for a checkpointless finished run
+    with pytest.raises(ConfigError, match=r"agents\.qwen-char\.lr"):
+        run_comparison("tiny-test", ALGOS, SEEDS, [*_overrides(tiny_models), "agents.qwen-char.lr=1e-2"], out,
+                       log=lambda line: None)
+
+    # a record that stops short of trainer.steps is not a finished run: trained again from scratch
+    stopped = out / "runs/gspo/seed-0"
+    record = json.loads((stopped / "compare.json").read_text())
+    record["invocations"][-1]["to_step"] = 1
+    (stopped / "compare.json").write_text(json.dumps(record))
+    lines.clear()
+    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append)
+    assert any("gspo seed 0: no complete checkpoint" in line for line in lines)
+    assert sum("reused" in line for line in lines) == 3
+    assert (stopped / "checkpoints" / "step-000002" / "manifest.json").is_file()
+
+
+def test_keep_checkpoints_is_checked_before_anything_trains(tmp_path):
+    with pytest.raises(ConfigError, match="--keep-checkpoints must be one of all, none"):
+        run_comparison("tiny-test", ALGOS, SEEDS, [], tmp_path / "out", keep_checkpoints="last")
+    assert not (tmp_path / "out").exists()

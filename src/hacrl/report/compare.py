@@ -34,10 +34,12 @@ from hacrl.config import Config, ConfigError, derive, load_config
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.report.plots import write_plots
 from hacrl.report.render import render_report
-from hacrl.report.runs import execute_run, outputs_data, plan_run
+from hacrl.report.runs import execute_run, outputs_data, plan_run, remove_checkpoints
 from hacrl.report.summary import summarize
 
 # ---- argument checks --------------------------------------------------------------------------------
+
+KEEP_CHECKPOINTS = ("all", "none")  # what stays of a finished run's checkpoints/
 
 def parse_algos(algos: str | Sequence[str]) -> list[str]:
     """``"hacpo,gspo"`` or a list → validated names, in order; raises ConfigError with one line.
@@ -146,13 +148,18 @@ def run_comparison(
     log_steps: bool = False,
     command: str | None = None,
     baselines: str | Sequence[str] | None = None,
+    keep_checkpoints: str = "all",
 ) -> Path:
     """Train (or reuse) every algorithm × seed and write ``report.md``, ``summary.json`` and ``plots/``.
 
     ``source`` is a preset name or a YAML config path (None: the default preset, tiny-model); seed ``s``
     adds the override ``run.seed=s`` and the algorithm ``algorithm.name=<algo>`` after ``overrides``.
-    Returns the path of report.md. Raises ConfigError (one line) on bad input before any training.
+    ``keep_checkpoints="none"`` deletes each run's checkpoints once it is finished (it stays reusable: see
+    :mod:`hacrl.report.runs`). Returns the path of report.md. Raises ConfigError (one line) on bad input
+    before any training.
     """
+    if keep_checkpoints not in KEEP_CHECKPOINTS:
+        raise ConfigError(f"--keep-checkpoints must be one of {', '.join(KEEP_CHECKPOINTS)}, got {keep_checkpoints!r}")
     algos = parse_algos(algos)
     seed_list = parse_seeds(seeds)
     paired_with = None if baselines is None else parse_baselines(baselines, algos)
@@ -183,8 +190,11 @@ def run_comparison(
     log(f"hacrl: comparing {', '.join(algos)} over {len(seed_list)} seed{'s' if len(seed_list) != 1 else ''} "
         f"in {output_dir}: {len(plans)} runs ({', '.join(f'{n} to {a}' for a, n in counts.items() if n)})")
     start = time.perf_counter()
-    outcomes = [execute_run(plan, f"[{i}/{len(plans)}] {plan.algo} seed {plan.seed}", log, log_steps)
-                for i, plan in enumerate(plans, 1)]
+    outcomes = []
+    for i, plan in enumerate(plans, 1):
+        outcomes.append(execute_run(plan, f"[{i}/{len(plans)}] {plan.algo} seed {plan.seed}", log, log_steps))
+        if keep_checkpoints == "none" and remove_checkpoints(plan.run_dir):
+            log(f"    removed the checkpoints of {plan.run_dir} (--keep-checkpoints none)")
     wall = time.perf_counter() - start
 
     meta = {

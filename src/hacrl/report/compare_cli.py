@@ -1,7 +1,7 @@
 """``hacrl compare``: argument parsing and printing for :mod:`hacrl.report.compare` (wiring only).
 
     hacrl compare [--preset NAME | --config FILE] [--algos hacpo,gspo,gspo2x] [--seeds 3]
-                  [--set key=value ...] [--output DIR] [-q]
+                  [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [-q]
 
 Wired into ``hacrl.cli`` with ``add_compare_parser(sub)`` and a dispatch on ``args.command == "compare"``.
 """
@@ -36,6 +36,9 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value for every run, e.g. trainer.steps=20 (repeatable)")
     c.add_argument("--output", help="comparison directory (default: runs/compare-<preset or config name>)")
+    c.add_argument("--keep-checkpoints", choices=("all", "none"), default="all",
+                   help="none: delete each run's checkpoints once it is finished (metrics, evaluations and the "
+                        "run record stay; the run is still reused); default all")
     c.add_argument("-q", "--quiet", action="store_true", help="no per-step lines, only one line per run")
     return c
 
@@ -64,7 +67,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         report = run_comparison(source, algos, seeds, args.overrides, output,
                                 log=lambda line: print(line, flush=True), log_steps=not args.quiet,
-                                command=command, baselines=args.baselines)
+                                command=command, baselines=args.baselines,
+                                keep_checkpoints=args.keep_checkpoints)
     except KeyboardInterrupt:
         print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
               file=sys.stderr)

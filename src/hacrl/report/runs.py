@@ -66,6 +66,27 @@ def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
     tmp.replace(run_dir / RUN_RECORD)
 
 
+def finished_by_record(run_dir: Path, steps: int) -> bool:
+    """Whether ``compare.json`` says the run was trained to ``steps`` and metrics.jsonl holds that step."""
+    reached = [inv.get("to_step") for inv in _read_record(run_dir).get("invocations", [])]
+    if steps not in reached:
+        return False
+    return any(int(r.get("step", -1)) == steps for r in read_jsonl(run_dir / "metrics.jsonl"))
+
+
+def remove_checkpoints(run_dir: Path) -> bool:
+    """Delete a finished run's ``checkpoints/`` and note it in ``compare.json`` (the note first: a crash in
+    between leaves a finished record, which is reusable with or without the checkpoints)."""
+    ckpt = run_dir / "checkpoints"
+    if not ckpt.exists():
+        return False
+    record = _read_record(run_dir)
+    record["checkpoints_removed"] = True
+    _write_record(run_dir, record)
+    shutil.rmtree(ckpt)
+    return True
+
+
 def _final_accuracies(run_dir: Path, step: int) -> dict[str, float]:
     return {agent: acc for (s, agent), acc in read_evals(run_dir).items() if s == step}
 
@@ -77,7 +98,7 @@ class RunPlan:
     cfg: Config
     run_dir: Path
     action: str  # reuse | resume | restart | train
-    checkpoint: Path | None  # the latest complete checkpoint (reuse, resume)
+    checkpoint: Path | None  # the latest complete checkpoint (resume; reuse when it was kept)
 
 
 def plan_run(cfg: Config, run_dir: Path, label: str | None = None) -> RunPlan:
@@ -89,12 +110,15 @@ def plan_run(cfg: Config, run_dir: Path, label: str | None = None) -> RunPlan:
     latest, damaged = usable_checkpoint(run_dir / "checkpoints")  # a damaged newest one is passed over
     for path, problem in damaged:
         logger.warning("checkpoint %s is damaged (%s); passing over it", path, problem)
-    if latest is None:
+    finished = latest is None and finished_by_record(run_dir, steps)  # checkpoints removed after it finished
+    if latest is None and not finished:
         return RunPlan(algo, seed, cfg, run_dir, "restart" if has_content(run_dir) else "train", None)
     mismatch = _config_mismatch(run_dir, cfg)
     if mismatch:
         raise ConfigError(f"{run_dir} was trained with {mismatch}; use another --output or delete that "
                           f"run directory")
+    if latest is None:
+        return RunPlan(algo, seed, cfg, run_dir, "reuse", None)
     done = _checkpoint_step(latest)
     if done > steps:
         raise ConfigError(f"{run_dir} already has {done} steps, more than trainer.steps={steps}; use "
