@@ -10,7 +10,15 @@ everywhere (the preset's); only precision, reference and process layout differ:
 - ``new``: the preset as it is now (see its YAML);
 - ``new-gspo2x``: the new settings with GSPO×2 (twice the rollouts, as many updates), for HACPO / GSPO×2;
 - ``bf16``, ``ray``, ``bf16-ray``: options beside the defaults (bfloat16 base weights under the float32
-  LoRA adapters; the two agents as Ray actors with one core each, at the same time).
+  LoRA adapters; the two agents as Ray actors with one core each, at the same time);
+- ``vllm``: the new settings with vLLM's CPU build as the rollout engine (``enforce_eager``, one engine per
+  agent in its process) and π_old taken from the engine's log-probs (``rollout.old_logprobs=rollout``: in
+  float32 they equal the training pass's to ~1e-6 per token, docs/distributed.md); ``vllm-ray`` the same
+  with the agents as Ray actors, one core each; ``vllm-nokl`` adds ``kl_coef: 0`` (no reference pass: not
+  the paper's objective, shown to price the KL term). These run in the interpreter ``--vllm-python``
+  (default ``.venv-vllm/bin/python``, made by ``bash scripts/setup_vllm.sh``; it needs ``reasoning-gym``
+  too) and are skipped, with a line saying so, where it is missing. Their FLOPs are counted with the ``hf``
+  engine in this interpreter (the same tokens; the counter does not see vLLM's CPU kernels).
 
 Always on, in every setting: lean log-probs and the reference on own answers only (code, not settings).
 
@@ -38,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
+# vLLM's CPU build as the rollout engine, π_old from its float32 log-probs (settings named vllm*)
+VLLM = ["rollout.engine=vllm", "rollout.engine_options.enforce_eager=true", "rollout.old_logprobs=rollout"]
 # earlier defaults, as overrides of the current preset (each agent of the preset gets the per-agent ones)
 SETTINGS: dict[str, tuple[list[str], list[str]]] = {
     # (run-wide overrides, per-agent overrides "<field>=<value>")
@@ -49,6 +59,9 @@ SETTINGS: dict[str, tuple[list[str], list[str]]] = {
     "bf16": ([], ["dtype=bfloat16"]),  # LoRA: bf16 base weights, float32 adapters and AdamW
     "ray": (["backend.name=ray", "backend.num_cpus_per_agent=1"], []),  # the agents at the same time
     "bf16-ray": (["backend.name=ray", "backend.num_cpus_per_agent=1"], ["dtype=bfloat16"]),
+    "vllm": ([*VLLM], []),
+    "vllm-ray": ([*VLLM, "backend.name=ray", "backend.num_cpus_per_agent=1"], []),
+    "vllm-nokl": ([*VLLM], ["kl_coef=0"]),
 }
 PHASES = ("rollout", "old_logprobs", "forward", "reference", "backward", "optimizer", "update", "reward")
 
@@ -59,6 +72,14 @@ def overrides_for(preset: str, setting: str, extra: list[str]) -> list[str]:
     run_wide, per_agent = SETTINGS[setting]
     ids = [a.id for a in load_config(preset, overrides=extra).agents]
     return [*extra, *run_wide, *(f"agents.{i}.{kv}" for i in ids for kv in per_agent)]
+
+
+def flop_overrides(overrides: list[str]) -> list[str]:
+    """A setting's overrides for counting its FLOPs: every agent in this process (the local backend) and the
+    same tokens through the ``hf`` engine (the counter does not see vLLM's CPU kernels; π_old from the rollout,
+    which ``auto`` also picks for ``hf`` in float32)."""
+    kept = [o for o in overrides if o not in VLLM and not o.startswith("backend.")]
+    return [*kept, "backend.name=local"]
 
 
 def worker(preset: str, overrides: list[str], steps: int, count_flops: bool) -> None:
@@ -139,9 +160,11 @@ def matmul_rates(width: int, threads: int) -> dict[str, float]:
 
 
 def run(args, setting: str, count_flops: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--worker", setting, "--preset", args.preset, "--steps", str(args.steps)]
+    python = args.vllm_python if setting.startswith("vllm") and not count_flops else sys.executable
+    cmd = [python, __file__, "--worker", setting, "--preset", args.preset, "--steps", str(args.steps)]
     cmd += [x for o in args.overrides for x in ("--set", o)] + (["--flops"] if count_flops else [])
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1",
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"setting {setting!r} failed:\n{proc.stderr[-3000:]}")
@@ -157,24 +180,36 @@ def main() -> None:
     p.add_argument("--settings", default="today,new,new-gspo2x")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (one extra step per setting)")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="extra overrides for all settings")
+    p.add_argument("--vllm-python", default=".venv-vllm/bin/python",
+                   help="interpreter with vLLM's CPU build for the vllm* settings (scripts/setup_vllm.sh)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--flops", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         overrides = overrides_for(args.preset, args.worker, args.overrides)
-        # FLOPs are counted in this process: every agent in it
-        worker(args.preset, overrides + ["backend.name=local"] * args.flops, args.steps, args.flops)
+        worker(args.preset, flop_overrides(overrides) if args.flops else overrides, args.steps, args.flops)
         return
     settings = args.settings.split(",")
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         sys.exit(f"--settings: unknown {unknown[0]!r}; known: {', '.join(SETTINGS)}")
+    if any(s.startswith("vllm") for s in settings) and not Path(args.vllm_python).is_file():
+        print(f"skipping {', '.join(s for s in settings if s.startswith('vllm'))}: no {args.vllm_python} "
+              f"(bash scripts/setup_vllm.sh, then pip install reasoning-gym into it)")
+        settings = [s for s in settings if not s.startswith("vllm")]
     runs: dict[str, list[dict]] = {s: [] for s in settings}
     for _ in range(args.repeats):
         for s in settings:
             runs[s].append(run(args, s))
     med = {s: sorted(rs, key=lambda r: r["wall"])[len(rs) // 2] for s, rs in runs.items()}
-    flops = {} if args.no_flops else {s: run(args, s, count_flops=True)["flops"] for s in settings}
+    flops: dict[str, float] = {}
+    if not args.no_flops:  # settings that count the same work (they differ in engine or layout only) share one count
+        counted: dict[tuple[str, ...], float] = {}
+        for s in settings:
+            key = tuple(sorted(flop_overrides(overrides_for(args.preset, s, args.overrides))))
+            if key not in counted:
+                counted[key] = run(args, s, count_flops=True)["flops"]
+            flops[s] = counted[key]
     from transformers import AutoConfig
 
     from hacrl.backends.worker import resolve_model_path
@@ -198,6 +233,12 @@ def main() -> None:
             line += f" {'':>7} {'':>8}"
         print(line + f" {r['peak_rss_mb']:>7.0f}")
     print("(rollout and update: wall seconds of the phase; old_logprobs .. optimizer: seconds summed over agents)")
+    if "today" in med:  # the most any layout or engine could gain: the FLOPs at the measured matmul rate
+        for s, f in flops.items():
+            r = med[s]
+            floor = f / 1e9 / (rates[f"{r['dtype']}@1"] * r["threads"])
+            print(f"{s}: its FLOPs at 100% of the matmul rate take {floor:.1f} s = "
+                  f"{floor / med['today']['wall']:.2f}x today's step")
 
     def ratio(a: str, b: str, label: str) -> None:
         if a in med and b in med:
@@ -206,7 +247,7 @@ def main() -> None:
                   f"peak RSS {med[a]['peak_rss_mb'] / med[b]['peak_rss_mb']:.2f}x")
 
     ratio("new", "today", "new / today step time")
-    for opt in ("bf16", "ray", "bf16-ray"):
+    for opt in ("bf16", "ray", "bf16-ray", "vllm", "vllm-ray", "vllm-nokl"):
         ratio(opt, "today", f"{opt} / today step time")
     ratio("new", "new-gspo2x", "hacpo / gspo2x step time (new settings)")
 
