@@ -292,8 +292,8 @@ def test_phase_seconds_count_each_phase_once():
     assert _phase_seconds(old) == 3.5 and _update_seconds(old) == 2.0
 
 
-def test_finished_runs_without_checkpoints_are_reused_and_unfinished_ones_retrained(comparison, tiny_models,
-                                                                                     tmp_path):
+def test_finished_runs_without_checkpoints_are_reused_and_never_deleted(comparison, tiny_models,
+                                                                        tmp_path):
     src, _, _ = comparison
     out = tmp_path / "cmp"
     shutil.copytree(src, out)
@@ -317,16 +317,13 @@ def test_finished_runs_without_checkpoints_are_reused_and_unfinished_ones_retrai
         run_comparison("tiny-test", ALGOS, SEEDS, [*_overrides(tiny_models), "agents.qwen-char.lr=1e-2"], out,
                        log=lambda line: None)
 
-    # a record that stops short of trainer.steps is not a finished run: trained again from scratch
-    stopped = out / "runs/gspo/seed-0"
-    record = json.loads((stopped / "compare.json").read_text())
-    record["invocations"][-1]["to_step"] = 1
-    (stopped / "compare.json").write_text(json.dumps(record))
-    lines.clear()
-    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append)
-    assert any("gspo seed 0: no complete checkpoint" in line for line in lines)
-    assert sum("reused" in line for line in lines) == 3
-    assert (stopped / "checkpoints" / "step-000002" / "manifest.json").is_file()
+    # asked for more steps, a run without checkpoints cannot be extended: refused, and nothing is deleted
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".hacrl.lock"}
+    with pytest.raises(ConfigError, match=r"finished at 2 steps and its checkpoints were removed.*"
+                                          r"trainer\.steps=3"):
+        run_comparison("tiny-test", ALGOS, SEEDS, [*_overrides(tiny_models), "trainer.steps=3"], out,
+                       log=lambda line: None)
+    assert {p: p.read_bytes() for p in before} == before
 
 
 def test_keep_checkpoints_is_checked_before_anything_trains(tmp_path):

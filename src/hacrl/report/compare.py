@@ -41,6 +41,7 @@ from hacrl.report.summary import summarize
 
 KEEP_CHECKPOINTS = ("all", "none")  # what stays of a finished run's checkpoints/
 
+
 def parse_algos(algos: str | Sequence[str]) -> list[str]:
     """``"hacpo,gspo"`` or a list → validated names, in order; raises ConfigError with one line.
 
@@ -159,7 +160,8 @@ def run_comparison(
     before any training.
     """
     if keep_checkpoints not in KEEP_CHECKPOINTS:
-        raise ConfigError(f"--keep-checkpoints must be one of {', '.join(KEEP_CHECKPOINTS)}, got {keep_checkpoints!r}")
+        raise ConfigError(f"--keep-checkpoints must be one of {', '.join(KEEP_CHECKPOINTS)}, "
+                          f"got {keep_checkpoints!r}")
     algos = parse_algos(algos)
     seed_list = parse_seeds(seeds)
     paired_with = None if baselines is None else parse_baselines(baselines, algos)

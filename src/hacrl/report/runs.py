@@ -66,12 +66,16 @@ def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
     tmp.replace(run_dir / RUN_RECORD)
 
 
-def finished_by_record(run_dir: Path, steps: int) -> bool:
-    """Whether ``compare.json`` says the run was trained to ``steps`` and metrics.jsonl holds that step."""
-    reached = [inv.get("to_step") for inv in _read_record(run_dir).get("invocations", [])]
-    if steps not in reached:
-        return False
-    return any(int(r.get("step", -1)) == steps for r in read_jsonl(run_dir / "metrics.jsonl"))
+def pruned_run_steps(run_dir: Path) -> int | None:
+    """The steps a finished run reached whose checkpoints ``remove_checkpoints`` deleted (its record says so
+    and metrics.jsonl holds that step); None for any other directory."""
+    record = _read_record(run_dir)
+    if not record.get("checkpoints_removed"):
+        return None
+    reached = max((int(inv.get("to_step") or 0) for inv in record.get("invocations", [])), default=0)
+    if not any(int(r.get("step", -1)) == reached for r in read_jsonl(run_dir / "metrics.jsonl")):
+        return None
+    return reached
 
 
 def remove_checkpoints(run_dir: Path) -> bool:
@@ -110,14 +114,18 @@ def plan_run(cfg: Config, run_dir: Path, label: str | None = None) -> RunPlan:
     latest, damaged = usable_checkpoint(run_dir / "checkpoints")  # a damaged newest one is passed over
     for path, problem in damaged:
         logger.warning("checkpoint %s is damaged (%s); passing over it", path, problem)
-    finished = latest is None and finished_by_record(run_dir, steps)  # checkpoints removed after it finished
-    if latest is None and not finished:
+    pruned = pruned_run_steps(run_dir) if latest is None else None  # finished, checkpoints removed
+    if latest is None and pruned is None:
         return RunPlan(algo, seed, cfg, run_dir, "restart" if has_content(run_dir) else "train", None)
     mismatch = _config_mismatch(run_dir, cfg)
     if mismatch:
         raise ConfigError(f"{run_dir} was trained with {mismatch}; use another --output or delete that "
                           f"run directory")
-    if latest is None:
+    if pruned is not None:
+        if pruned != steps:  # nothing to resume from, and a restart would delete a finished run
+            raise ConfigError(f"{run_dir} finished at {pruned} steps and its checkpoints were removed "
+                              f"(--keep-checkpoints none), so it cannot be trained to trainer.steps={steps}; "
+                              f"set trainer.steps={pruned}, use another --output or delete that run directory")
         return RunPlan(algo, seed, cfg, run_dir, "reuse", None)
     done = _checkpoint_step(latest)
     if done > steps:
