@@ -330,3 +330,36 @@ def test_keep_checkpoints_is_checked_before_anything_trains(tmp_path):
     with pytest.raises(ConfigError, match="--keep-checkpoints must be one of all, none"):
         run_comparison("tiny-test", ALGOS, SEEDS, [], tmp_path / "out", keep_checkpoints="last")
     assert not (tmp_path / "out").exists()
+
+
+def test_sampled_accuracy_is_reported_and_paired_like_the_greedy(comparison, tiny_models, tmp_path):
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+    # hand-set sampled results (k = 4) in every eval.jsonl record of qwen-char: start 0.3 / 0.6 everywhere;
+    # final avg@4 hacpo 0.5, 0.7 and gspo 0.4, 0.5 (seeds 0, 1); pass@4 hacpo 0.8, 0.9, gspo 0.7, 0.7
+    final = {("hacpo", 0): (0.5, 0.8), ("hacpo", 1): (0.7, 0.9), ("gspo", 0): (0.4, 0.7), ("gspo", 1): (0.5, 0.7)}
+    for (algo, seed), (avg, pas) in final.items():
+        path = out / "runs" / algo / f"seed-{seed}" / "eval.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for r in records:
+            if r.get("agent") == "qwen-char" and "benchmark" not in r:
+                r.update({"k": 4, "sampled_avg": 0.3, "sampled_pass": 0.6} if r["step"] == 0 else
+                         {"k": 4, "sampled_avg": avg, "sampled_pass": pas} if r["step"] == 2 else {})
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lambda line: None)
+    sampled = json.loads((out / "summary.json").read_text())["results"]["qwen-char"]["hacpo"]["sampled"]
+    assert sampled["k"] == 4
+    assert sampled["start_avg"][0] == pytest.approx(0.3) and sampled["start_pass"][0] == pytest.approx(0.6)
+    # final avg@4: mean (0.5 + 0.7) / 2 = 0.6, sd = |0.7 − 0.5| / √2 = 0.1414214
+    assert sampled["final_avg"]["mean_sd"] == pytest.approx([0.6, 0.2 / math.sqrt(2)])
+    assert sampled["final_pass"]["mean_sd"] == pytest.approx([0.85, 0.1 / math.sqrt(2)])
+    # paired: d = [0.1, 0.2], mean 0.15, sd 0.0707107, se = sd / √2 = 0.05
+    vs = sampled["vs"]["gspo"]
+    assert (vs["mean"], vs["se"], vs["n"]) == pytest.approx((0.15, 0.05, 2))
+    text = report.read_text()
+    assert "| algorithm | start avg@4 | final avg@4 (mean ± sd) | Δ avg@4 vs gspo (± se) |" in text
+    assert "| hacpo | 0.300 ± 0.000 | 0.600 ± 0.141 | +0.150 ± 0.050 |" in text
+    # llama-bpe evaluated greedily only: no sampled table under it
+    assert "sampled" not in json.loads((out / "summary.json").read_text())["results"]["llama-bpe"]["hacpo"]
+    assert text.split("### llama-bpe")[1].split("## Cost per run")[0].count("avg@") == 0

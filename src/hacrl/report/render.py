@@ -35,9 +35,32 @@ def _every(e: int) -> str:
     return "at the start" if not e else "every step" if e == 1 else f"every {e} steps"
 
 
+def _sampled_table(per_algo: dict[str, Any], baselines: list[str]) -> list[str]:
+    """The sampled evaluation of one agent (avg@k and pass@k, start and final), when the runs made one."""
+    sampled = {algo: r["sampled"] for algo, r in per_algo.items() if r.get("sampled")}
+    if not sampled:
+        return []
+    ks = {v["k"] for v in sampled.values()}
+    k = str(ks.pop()) if len(ks) == 1 and None not in ks else "k"
+    head = ["algorithm", f"start avg@{k}", f"final avg@{k} (mean ± sd)"]
+    for b in baselines:
+        head += [f"Δ avg@{k} vs {b} (± se)", f"p vs {b}"]
+    head += [f"start pass@{k}", f"final pass@{k} (mean ± sd)"]
+    lines = [f"Sampled at the rollout temperature, {k} answers per held-out problem:", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for algo, v in sampled.items():
+        row = [algo, _pm(*v["start_avg"]), _pm(*v["final_avg"]["mean_sd"])]
+        for b in baselines:
+            row += list(_delta_cells(v["vs"].get(b)))
+        row += [_pm(*v["start_pass"]), _pm(*v["final_pass"]["mean_sd"])]
+        lines.append("| " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
 def render_report(summary: dict[str, Any]) -> str:
     s = summary
     lines = ["# hacrl comparison", ""]
+    sampled = f" and {s['eval_k']} sampled answers per problem" if s.get("eval_k") else ""
     lines += ["## Command and configuration", "", "```", s["command"], "```", ""]
     src = f"preset `{s['preset']}`" if s["preset"] else f"config `{s['config_path']}`"
     walls = [r["wall_s"] for r in s["runs"] if r["wall_s"] is not None]
@@ -53,7 +76,7 @@ def render_report(summary: dict[str, Any]) -> str:
         f"| seeds | {', '.join(map(str, s['seeds']))} (run.seed; same seed = same prompts and start) |",
         (f"| steps | {s['steps']} (batch {s['batch_size']} prompts × {s['rollouts_per_prompt']} answers "
         f"per agent) |"),
-        (f"| evaluation | greedy, {s['eval_size']} held-out problems, "
+        (f"| evaluation | greedy{sampled}, {s['eval_size']} held-out problems, "
         f"{_every(s['eval_every'])} and at the end |"),
         f"| runs this time | {', '.join(f'{n} {st}' for st, n in statuses.items() if n)} |",
         f"| wall time | {s['wall_s']:.1f} s this invocation; {sum(walls):.1f} s measured over all runs |",
@@ -81,6 +104,7 @@ def render_report(summary: dict[str, Any]) -> str:
             row += [str(r["rollouts"]), _f(r["optimizer_updates"], ".0f"), _pm(cost[0], cost[1], ".1f")]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
+        lines += _sampled_table(per_algo, s["baselines"])
     n = len(s["seeds"])
     lines += [
         (f"*start*: accuracy before training (step 0). *final*: at step {s['steps']}, mean ± sd over {n} "

@@ -21,7 +21,7 @@ import yaml
 
 from hacrl.config import Config, ConfigError, resume_conflict
 from hacrl.trainer.rundir import RunLock, has_content, remove_run
-from hacrl.trainer.sinks import read_evals, read_jsonl
+from hacrl.trainer.sinks import read_evals, read_jsonl, read_sampled_evals
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,8 @@ class RunData:
     algo: str
     seed: int
     metrics: dict[int, dict[str, Any]]
-    evals: dict[tuple[int, str], float]
+    evals: dict[tuple[int, str], float]  # greedy accuracy
+    sampled: dict[tuple[int, str], dict[str, float]] = field(default_factory=dict)  # avg@k, pass@k, k
 
 
 def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
@@ -220,5 +221,6 @@ def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
     for o in outcomes:
         metrics = {s: m for s, m in _read_metrics(o.run_dir).items() if s <= steps}
         evals = {k: v for k, v in read_evals(o.run_dir).items() if k[0] <= steps}
-        out.append(RunData(o.algo, o.seed, metrics, evals))
+        sampled = {k: v for k, v in read_sampled_evals(o.run_dir).items() if k[0] <= steps}
+        out.append(RunData(o.algo, o.seed, metrics, evals, sampled))
     return out

@@ -81,7 +81,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
         "task": cfg.task.name,
         "agents": {a.id: a.model for a in cfg.agents},
         "steps": steps, "batch_size": t.batch_size, "rollouts_per_prompt": cfg.rollout.rollouts_per_prompt,
-        "eval_size": t.eval_size, "eval_every": t.eval_every, "baselines": baselines,
+        "eval_size": t.eval_size, "eval_every": t.eval_every, "eval_k": t.eval_k, "baselines": baselines,
         "delta": cfg.algorithm.delta, "delta_step": cfg.algorithm.delta_step,
         "runs": [], "results": {}, "cost": {}, "diagnostics": {}, "windows": {},
     }
@@ -136,6 +136,9 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
                 "optimizer_updates": mean_sd(updates)[0],
                 "curve": _series(runs, lambda d, s, agent=agent: d.evals.get((s, agent))),
             }
+            sampled = _sampled_of(agent, algo, by_algo, baselines, seeds, steps)
+            if sampled is not None:
+                per_algo[algo]["sampled"] = sampled
         summary["results"][agent] = per_algo
 
     for algo in algos:
@@ -170,6 +173,34 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
         summary["windows"][algo] = _window_of(algo, outcome_of, seeds, cfg)
     summary["reading"] = automatic_reading(summary)
     return summary
+
+
+def _sampled_of(agent: str, algo: str, by_algo: dict[str, list[RunData]], baselines: list[str],
+                seeds: list[int], steps: int) -> dict[str, Any] | None:
+    """The sampled evaluation (avg@k, pass@k) of ``agent`` under ``algo``, start and final over seeds, with
+    avg@k paired against each baseline like the greedy accuracy; None when no run evaluated by sampling."""
+    def at(a: str, step: int, key: str) -> dict[int, float]:
+        return {d.seed: d.sampled[step, agent][key] for d in by_algo[a] if (step, agent) in d.sampled}
+
+    final_avg, final_pass = at(algo, steps, "avg"), at(algo, steps, "pass")
+    if not final_avg and not at(algo, 0, "avg"):
+        return None
+    ks = {d.sampled[key]["k"] for d in by_algo[algo] for key in d.sampled if key[1] == agent}
+    vs = {}
+    for b in baselines:
+        if b == algo:
+            continue
+        other = at(b, steps, "avg")
+        common = [s for s in seeds if s in final_avg and s in other]
+        vs[b] = {**paired_difference([final_avg[s] for s in common], [other[s] for s in common]), "seeds": common}
+    return {
+        "k": sorted(ks)[0] if len(ks) == 1 else None,
+        "start_avg": mean_sd(list(at(algo, 0, "avg").values())),
+        "start_pass": mean_sd(list(at(algo, 0, "pass").values())),
+        "final_avg": {"mean_sd": mean_sd(list(final_avg.values())), "by_seed": final_avg},
+        "final_pass": {"mean_sd": mean_sd(list(final_pass.values())), "by_seed": final_pass},
+        "vs": vs,
+    }
 
 
 def _window_of(algo: str, outcome_of: dict, seeds: list[int], cfg: Config) -> dict[str, Any]:

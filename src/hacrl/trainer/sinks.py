@@ -149,3 +149,16 @@ def read_evals(run_dir: Path) -> dict[tuple[int, str], float]:
                 if parsed is not None and parsed[1:] == (None, "greedy_acc") and v is not None:
                     out[int(m["step"]), parsed[0]] = float(v)
     return out
+
+
+def read_sampled_evals(run_dir: Path) -> dict[tuple[int, str], dict[str, float]]:
+    """(step, agent) → ``{"avg", "pass", "k"}``: the sampled evaluation on the task's held-out split
+    (``trainer.eval_k`` answers per problem: their mean accuracy avg@k and pass@k), from eval.jsonl; empty
+    when the run evaluated greedily only."""
+    out: dict[tuple[int, str], dict[str, float]] = {}
+    for r in read_jsonl(run_dir / "eval.jsonl"):
+        if "agent" in r and "benchmark" not in r and r.get("sampled_avg") is not None:
+            out[int(r["step"]), r["agent"]] = {"avg": float(r["sampled_avg"]), "k": int(r.get("k") or 0),
+                                               "pass": float(r["sampled_pass"]) if r.get("sampled_pass")
+                                               is not None else math.nan}
+    return out
