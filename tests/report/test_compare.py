@@ -363,3 +363,29 @@ def test_sampled_accuracy_is_reported_and_paired_like_the_greedy(comparison, tin
     # llama-bpe evaluated greedily only: no sampled table under it
     assert "sampled" not in json.loads((out / "summary.json").read_text())["results"]["llama-bpe"]["hacpo"]
     assert text.split("### llama-bpe")[1].split("## Cost per run")[0].count("avg@") == 0
+
+
+def test_dry_run_says_what_each_run_would_do_and_changes_nothing(comparison, tiny_models, tmp_path, capsys):
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+    shutil.rmtree(out / "runs/hacpo/seed-1/checkpoints/step-000002")  # resume from step 1
+    shutil.rmtree(out / "runs/gspo/seed-1")  # never trained
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".hacrl.lock"}
+    argv = ["--preset", "tiny-test", "--algos", ALGOS, "--seeds", str(SEEDS), "--output", str(out), "--dry-run"]
+    for o in _overrides(tiny_models):
+        argv += ["--set", o]
+    assert cmd_compare(_compare_args(*argv)) == 0
+    printed = capsys.readouterr().out
+    for line in ("[1/4] hacpo seed 0: finished: reused", "[2/4] gspo seed 0: finished: reused",
+                 "[3/4] hacpo seed 1: resume from step 1 of 2", "[4/4] gspo seed 1: train 2 steps",
+                 "dry run: 2 of 4 runs to train; about "):
+        assert line in printed, line
+    assert "report in" not in printed
+    # the estimate: hacpo seed 1's one step left at hacpo seed 0's measured seconds per step, plus gspo seed 1's
+    # two at gspo seed 0's
+    per_step = {a: json.loads((out / "runs" / a / "seed-0" / "compare.json").read_text())["wall_s"] / 2
+                for a in ("hacpo", "gspo")}
+    assert f"about {per_step['hacpo'] + 2 * per_step['gspo']:.0f} s" in printed
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".hacrl.lock"} == before
+    assert not (out / "runs/gspo/seed-1").exists()

@@ -34,7 +34,15 @@ from hacrl.config import Config, ConfigError, derive, load_config
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.report.plots import write_plots
 from hacrl.report.render import render_report
-from hacrl.report.runs import execute_run, outputs_data, plan_run, remove_checkpoints
+from hacrl.report.runs import (
+    RunPlan,
+    checkpoint_step,
+    execute_run,
+    outputs_data,
+    plan_run,
+    read_record,
+    remove_checkpoints,
+)
 from hacrl.report.summary import summarize
 
 # ---- argument checks --------------------------------------------------------------------------------
@@ -150,14 +158,16 @@ def run_comparison(
     command: str | None = None,
     baselines: str | Sequence[str] | None = None,
     keep_checkpoints: str = "all",
-) -> Path:
+    dry_run: bool = False,
+) -> Path | None:
     """Train (or reuse) every algorithm × seed and write ``report.md``, ``summary.json`` and ``plots/``.
 
     ``source`` is a preset name or a YAML config path (None: the default preset, tiny-model); seed ``s``
     adds the override ``run.seed=s`` and the algorithm ``algorithm.name=<algo>`` after ``overrides``.
     ``keep_checkpoints="none"`` deletes each run's checkpoints once it is finished (it stays reusable: see
-    :mod:`hacrl.report.runs`). Returns the path of report.md. Raises ConfigError (one line) on bad input
-    before any training.
+    :mod:`hacrl.report.runs`). ``dry_run``: check everything and log what each run would do (with the time
+    left, estimated from finished runs of the same algorithm), train nothing, write nothing, return None.
+    Returns the path of report.md. Raises ConfigError (one line) on bad input before any training.
     """
     if keep_checkpoints not in KEEP_CHECKPOINTS:
         raise ConfigError(f"--keep-checkpoints must be one of {', '.join(KEEP_CHECKPOINTS)}, "
@@ -191,6 +201,10 @@ def run_comparison(
     counts = {a: sum(p.action == a for p in plans) for a in ("reuse", "resume", "restart", "train")}
     log(f"hacrl: comparing {', '.join(algos)} over {len(seed_list)} seed{'s' if len(seed_list) != 1 else ''} "
         f"in {output_dir}: {len(plans)} runs ({', '.join(f'{n} to {a}' for a, n in counts.items() if n)})")
+    if dry_run:
+        for line in plan_lines(plans):
+            log(line)
+        return None
     start = time.perf_counter()
     outcomes = []
     for i, plan in enumerate(plans, 1):
@@ -215,6 +229,37 @@ def run_comparison(
     report = output_dir / "report.md"
     report.write_text(render_report(summary))
     return report
+
+
+def plan_lines(plans: Sequence[RunPlan]) -> list[str]:
+    """One line per run saying what compare would do with it, then the estimated time left: each unfinished
+    run's remaining steps at the measured seconds per step of this algorithm's finished runs."""
+    per_step: dict[str, list[float]] = {}
+    for p in plans:
+        wall = read_record(p.run_dir).get("wall_s") if p.action == "reuse" else None
+        if wall:
+            per_step.setdefault(p.algo, []).append(wall / p.cfg.trainer.steps)
+    lines, left, unknown = [], 0.0, []
+    for i, p in enumerate(plans, 1):
+        steps = p.cfg.trainer.steps
+        done = checkpoint_step(p.checkpoint) if p.action == "resume" and p.checkpoint else 0
+        what = {"reuse": "finished: reused", "resume": f"resume from step {done} of {steps}",
+                "restart": f"restart from scratch ({steps} steps; no complete checkpoint)",
+                "train": f"train {steps} steps"}[p.action]
+        lines.append(f"[{i}/{len(plans)}] {p.algo} seed {p.seed}: {what}")
+        if p.action != "reuse":
+            rates = per_step.get(p.algo)
+            if rates:
+                left += sum(rates) / len(rates) * (steps - done)
+            else:
+                unknown.append(p.algo)
+    todo = sum(p.action != "reuse" for p in plans)
+    span = f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min"
+    estimate = f"about {span} at the finished runs' pace" if left else "no estimate"
+    if unknown:
+        estimate += f" (no finished run of {', '.join(dict.fromkeys(unknown))} to estimate from)"
+    lines.append(f"dry run: {todo} of {len(plans)} runs to train; {estimate}; nothing trained or written")
+    return lines
 
 
 def _check_models(cfg: Config) -> None:

@@ -1,7 +1,7 @@
 """``hacrl compare``: argument parsing and printing for :mod:`hacrl.report.compare` (wiring only).
 
     hacrl compare [--preset NAME | --config FILE] [--algos hacpo,gspo,gspo2x] [--seeds 3]
-                  [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [-q]
+                  [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [--dry-run] [-q]
 
 Wired into ``hacrl.cli`` with ``add_compare_parser(sub)`` and a dispatch on ``args.command == "compare"``.
 """
@@ -39,6 +39,8 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     c.add_argument("--keep-checkpoints", choices=("all", "none"), default="all",
                    help="none: delete each run's checkpoints once it is finished (metrics, evaluations and the "
                         "run record stay; the run is still reused); default all")
+    c.add_argument("--dry-run", action="store_true",
+                   help="say what each run would do (reuse, resume, train) and the time left; train nothing")
     c.add_argument("-q", "--quiet", action="store_true", help="no per-step lines, only one line per run")
     return c
 
@@ -68,10 +70,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         report = run_comparison(source, algos, seeds, args.overrides, output,
                                 log=lambda line: print(line, flush=True), log_steps=not args.quiet,
                                 command=command, baselines=args.baselines,
-                                keep_checkpoints=args.keep_checkpoints)
+                                keep_checkpoints=args.keep_checkpoints, dry_run=args.dry_run)
     except KeyboardInterrupt:
         print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
               file=sys.stderr)
         return 130
-    print(f"hacrl: report in {report}")
+    if report is not None:
+        print(f"hacrl: report in {report}")
     return 0

@@ -49,11 +49,11 @@ def _config_mismatch(run_dir: Path, cfg: Config) -> str | None:
     return resume_conflict(yaml.safe_load(saved_path.read_text()) or {}, cfg.model_dump(mode="json"))
 
 
-def _checkpoint_step(path: Path) -> int:
+def checkpoint_step(path: Path) -> int:
     return int(path.name.split("-")[1])
 
 
-def _read_record(run_dir: Path) -> dict[str, Any]:
+def read_record(run_dir: Path) -> dict[str, Any]:
     try:
         return json.loads((run_dir / RUN_RECORD).read_text())
     except (OSError, json.JSONDecodeError):
@@ -69,7 +69,7 @@ def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
 def pruned_run_steps(run_dir: Path) -> int | None:
     """The steps a finished run reached whose checkpoints ``remove_checkpoints`` deleted (its record says so
     and metrics.jsonl holds that step); None for any other directory."""
-    record = _read_record(run_dir)
+    record = read_record(run_dir)
     if not record.get("checkpoints_removed"):
         return None
     reached = max((int(inv.get("to_step") or 0) for inv in record.get("invocations", [])), default=0)
@@ -84,7 +84,7 @@ def remove_checkpoints(run_dir: Path) -> bool:
     ckpt = run_dir / "checkpoints"
     if not ckpt.exists():
         return False
-    record = _read_record(run_dir)
+    record = read_record(run_dir)
     record["checkpoints_removed"] = True
     _write_record(run_dir, record)
     shutil.rmtree(ckpt)
@@ -127,7 +127,7 @@ def plan_run(cfg: Config, run_dir: Path, label: str | None = None) -> RunPlan:
                               f"(--keep-checkpoints none), so it cannot be trained to trainer.steps={steps}; "
                               f"set trainer.steps={pruned}, use another --output or delete that run directory")
         return RunPlan(algo, seed, cfg, run_dir, "reuse", None)
-    done = _checkpoint_step(latest)
+    done = checkpoint_step(latest)
     if done > steps:
         raise ConfigError(f"{run_dir} already has {done} steps, more than trainer.steps={steps}; use "
                           f"another --output or set trainer.steps={done}")
@@ -139,7 +139,7 @@ def execute_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps
     ``log_steps``); raises KeyboardInterrupt when the trainer was stopped before the last step."""
     algo, seed, run_dir, steps = plan.algo, plan.seed, plan.run_dir, plan.cfg.trainer.steps
     if plan.action == "reuse":
-        outcome = RunOutcome(algo, seed, run_dir, "reused", _read_record(run_dir).get("wall_s"),
+        outcome = RunOutcome(algo, seed, run_dir, "reused", read_record(run_dir).get("wall_s"),
                              _final_accuracies(run_dir, steps))
         log(f"{label}: reused (finished run in {run_dir}); final greedy acc {_fmt_accs(outcome.final)}")
         return outcome
@@ -159,8 +159,8 @@ def _train_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps:
     algo, seed, run_dir, steps = plan.algo, plan.seed, plan.run_dir, plan.cfg.trainer.steps
     record, resume_from = {}, None
     if plan.action == "resume":
-        record, resume_from = _read_record(run_dir), plan.checkpoint
-        log(f"{label}: resuming from step {_checkpoint_step(resume_from)} of {steps}")
+        record, resume_from = read_record(run_dir), plan.checkpoint
+        log(f"{label}: resuming from step {checkpoint_step(resume_from)} of {steps}")
     elif plan.action == "restart":
         remove_run(run_dir)  # only what a run wrote: a directory holding anything else is refused
         log(f"{label}: no complete checkpoint in {run_dir}; restarting it from scratch")
@@ -182,7 +182,7 @@ def _train_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps:
 
     result = trainer.train(progress=on_step if log_steps else None)
     wall = time.perf_counter() - start
-    this_time = {"status": status, "from_step": _checkpoint_step(resume_from) if resume_from else 0,
+    this_time = {"status": status, "from_step": checkpoint_step(resume_from) if resume_from else 0,
                  "to_step": trainer.step_idx, "wall_s": wall}
     record = {"wall_s": (record.get("wall_s") or 0.0) + wall, "algorithm": algo, "seed": seed,
               "invocations": [*record.get("invocations", []), this_time]}
