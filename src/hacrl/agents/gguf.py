@@ -43,7 +43,8 @@ from hacrl.errors import InputError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "convert_gguf", "find_smollm2_gguf", "pretrained_path"]
+__all__ = ["PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "check_pretrained", "convert_gguf", "find_smollm2_gguf",
+           "pretrained_path"]
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_SFT = "smollm2-135m-instruct-sft"
@@ -224,6 +225,30 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
 
 PRETRAINED: dict[str, Callable[[], Path]] = {
     SMOLLM2: _smollm2, **{name: functools.partial(_smollm2_sft, name) for name in SFT_RECIPES}}
+
+
+def check_pretrained(name: str) -> Path | None:
+    """Whether the pretrained builtin ``name`` can be had here, without making it: its directory when it
+    is already in the cache, None when it would be made on first use (minutes: a conversion, and for the
+    fine-tuned copies a supervised pass). Raises InputError naming the install when a package it needs to
+    be made is missing (``hacrl compare`` checks this before any run trains, and ``--dry-run`` makes nothing)."""
+    import importlib.util
+
+    if name not in PRETRAINED:
+        raise InputError(f"no pretrained builtin {name!r}; known: {', '.join(PRETRAINED)}")
+    out = cache_dir() / name
+    if (out / _MARKER).is_file():
+        return out
+    if name != SMOLLM2:  # a fine-tuned copy: made from the converted model with reasoning-gym and peft
+        for module, extra in (("reasoning_gym", "gym"), ("peft", "lora")):
+            if importlib.util.find_spec(module) is None:
+                raise InputError(f"builtin:{name} is made on first use with {module}, which is not installed; "
+                                 f"install it with: pip install 'hacrl[{extra}]'")
+        if check_pretrained(SMOLLM2) is not None:
+            return None
+    find_smollm2_gguf()
+    _require_gguf()
+    return None
 
 
 def pretrained_path(name: str) -> Path:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.config import Config, ConfigError, derive, load_config
+from hacrl.errors import InputError
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.report.plots import write_plots
 from hacrl.report.render import render_report
@@ -263,9 +264,19 @@ def plan_lines(plans: Sequence[RunPlan]) -> list[str]:
 
 
 def _check_models(cfg: Config) -> None:
+    """Every agent's model can be had, checked without making any: a pretrained builtin that is not in the
+    cache yet is made by the first run that trains (never by a dry run, nor when every run is reused)."""
+    from hacrl.agents.gguf import PRETRAINED, check_pretrained
     from hacrl.trainer.trainer import resolve_model_path
 
     for spec in cfg.agents:
+        name = spec.model.removeprefix("builtin:")
+        if spec.model.startswith("builtin:") and name in PRETRAINED:
+            try:
+                check_pretrained(name)
+            except InputError as exc:
+                raise ConfigError(f"agents.{spec.id}.model: {exc}") from None
+            continue
         try:
             path = resolve_model_path(spec.model)
         except FileNotFoundError as exc:
