@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import logging
 import math
 import os
 import socket
@@ -33,7 +35,7 @@ from typing import Any
 import torch
 
 from hacrl.agents.agent import DTYPES, Agent, load_agent, token_logprobs
-from hacrl.config import Config, ConfigError
+from hacrl.config import AgentSpec, Config, ConfigError
 from hacrl.errors import DamagedCheckpoint, InputError, TrainingDiverged
 from hacrl.failpoints import failpoint
 from hacrl.learner.algorithms import ALGORITHMS
@@ -42,6 +44,8 @@ from hacrl.pool import TrajectoryPool
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.rollout.base import Sample
 from hacrl.types import Trajectory
+
+logger = logging.getLogger(__name__)
 
 RNG_FILE = "rng.pt"
 
@@ -137,6 +141,7 @@ class AgentWorker:
     def _load(self, resume_from: Path | None) -> Agent:
         spec, cfg = self.spec, self.cfg
         check_device(spec.device, f"agents.{spec.id}.device")
+        warn_slow_cpu_precision(spec)
         field = f"agents.{spec.id}.model"
         try:
             path = resume_from / "agents" / spec.id if resume_from else resolve_model_path(spec.model, field)
@@ -464,6 +469,49 @@ def check_device(device: str, field: str) -> None:
         backend = getattr(torch, d.type, None)
         if backend is None or not getattr(backend, "is_available", lambda: False)():
             raise InputError(f"{field}={device}: no {d.type} device is available here; use cpu")
+
+
+def warn_slow_cpu_precision(spec: AgentSpec) -> str | None:
+    """A CPU agent asked to compute in bfloat16 or float16 (``dtype`` or ``autocast``) on a CPU whose torch
+    runs that dtype's matmuls far slower than float32 (no bf16/fp16 matmul instructions: an AVX2 CPU ran
+    bf16 ~50× slower, see docs/real-models.md): log one warning line naming the fields and the fix, and
+    return it (None when the dtype is fast here, or the agent is not on the CPU)."""
+    if torch.device(spec.device).type != "cpu":
+        return None
+    low = [(f"agents.{spec.id}.{name}", value) for name, value in (("dtype", spec.dtype), ("autocast", spec.autocast))
+           if value in ("bfloat16", "float16")]
+    if not low:
+        return None
+    slowdown = cpu_matmul_slowdown(low[0][1])
+    if slowdown < 3.0:
+        return None
+    fields = " and ".join(f"{k}={v}" for k, v in low)
+    line = (f"{fields}: {low[0][1]} matmuls run {slowdown:.0f}x slower than float32 on this CPU (torch CPU "
+            f"capability {torch.backends.cpu.get_cpu_capability()}); on this CPU use dtype=float32 and autocast=null")
+    logger.warning(line)
+    return line
+
+
+@functools.cache
+def cpu_matmul_slowdown(dtype: str) -> float:
+    """Seconds of a [256, 256] × [256, 256] matmul in ``dtype`` over float32's on this CPU (best of 3, one
+    thread; a few milliseconds where the dtype is slow, well under one where it is not)."""
+    def best(dt: torch.dtype) -> float:
+        a, b = torch.randn(256, 256).to(dt), torch.randn(256, 256).to(dt)
+        a @ b  # warm-up: kernels chosen, memory touched
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return best(DTYPES[dtype]) / max(best(torch.float32), 1e-9)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _from_checkpoint(path: Path, load: Any) -> Any:
