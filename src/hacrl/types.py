@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The default ``task.test_seed``: held-out problems are drawn from it, not from ``run.seed`` (see
+# ``hacrl.data.splits``); here, at the bottom layer, so that the config and the data share one value.
+HELD_OUT_SEED = 1_000_000_000
+
 
 @dataclass(frozen=True)
 class Problem:

@@ -46,7 +46,7 @@ def no_making(monkeypatch, tmp_path):
 def test_check_pretrained_returns_a_cached_model_and_makes_none(no_making):
     for name in (gguf.SMOLLM2, gguf.SMOLLM2_SFT):
         assert gguf.check_pretrained(name) is None  # not cached: made on first use
-    done = no_making / gguf.SMOLLM2_SFT
+    done = no_making / gguf.sft_cache_name(gguf.SMOLLM2_SFT)  # the recipe's hash is in the directory name
     done.mkdir(parents=True)
     (done / gguf._MARKER).write_text("{}")
     assert gguf.check_pretrained(gguf.SMOLLM2_SFT) == done

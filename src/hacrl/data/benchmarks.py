@@ -262,11 +262,13 @@ def load_benchmark(name: str, path: str | Path, *, split: str | None = None) -> 
 def benchmark_prompts(name: str, path: str | Path, *, n: int | None = None,
                       template: str | None = None) -> list[Problem]:
     """Benchmark problems ready to ask: the first ``n`` with the question put into ``template``
-    (default: the paper's "... output the final answer within \\boxed{}."), graded by the math reward."""
+    (default: the paper's "... output the final answer within \\boxed{}."), graded by the math reward;
+    ``meta["question"]`` keeps the bare question (for the run-start fine-tuning overlap check)."""
     from dataclasses import replace
 
     from hacrl.data.datasets import PAPER_TEMPLATE
 
     template = template or PAPER_TEMPLATE
     problems = load_benchmark(name, path)[:n]
-    return [replace(p, prompt=template.replace("{question}", p.prompt)) for p in problems]
+    return [replace(p, prompt=template.replace("{question}", p.prompt), meta={**p.meta, "question": p.prompt})
+            for p in problems]

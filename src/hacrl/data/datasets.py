@@ -9,8 +9,10 @@
   :class:`~hacrl.errors.InputError` whose one-line message names the file, the fields, the counts and
   the fix.
 - :class:`DatasetTask` implements the Task protocol over a train list and a test list (given, or a
-  seeded held-out fraction of the train list: disjoint by construction). :func:`make_dataset_task`
-  builds one from paths, for the config layer.
+  seeded held-out fraction of the train list), with every train question that is also a test question
+  (:func:`hacrl.data.splits.normalize_question`) dropped. The held-out split is drawn with
+  ``task.test_seed``, not ``run.seed``: every seed of a comparison evaluates the same problems, under
+  the same ids. :func:`make_dataset_task` builds one from paths, for the config layer.
 - The reasoning-gym source (extra ``hacrl[gym]``) is :func:`hacrl.data.gym.reasoning_gym_task`.
 
 ``Problem.prompt`` from :func:`load_problems` is the bare question; :class:`DatasetTask` renders it
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.data.rows import MAX_LINE_BYTES, LoadResult, SkipRow, answer_text, get_field, iter_rows
+from hacrl.data.splits import HELD_OUT_SEED, normalize_question
 from hacrl.errors import InputError
 from hacrl.types import Problem
 
@@ -175,13 +178,17 @@ class DatasetTask:
     Args:
         train: problems whose prompt is the bare question (as :func:`load_problems` gives them).
         test: held-out problems; None holds out ``test_fraction`` of ``train`` (a permutation seeded by
-            ``split_seed``). Train problems whose question also appears in ``test`` are dropped
-            (counted as ``train/in_test``).
+            ``split_seed``). Questions are compared with :func:`~hacrl.data.splits.normalize_question`:
+            a test question asked again later in ``test`` is kept once (``test/repeated_question``), and
+            train problems whose question is a test question are dropped (``train/in_test``).
         prompt_template: ``{question}`` is replaced by the question; None = the paper's template,
             except for problems already marked ``meta["templated"]`` (verl prompts), kept as they are.
         reward: a reward spec for :func:`hacrl.rewards.get_reward`; kept as ``reward_spec``.
         max_prompt_chars: problems whose rendered prompt is longer are dropped (``*/prompt_too_long``).
         skipped: counts to report (e.g. ``{"train/bad_json": 2}``); ``skipped`` adds this task's own.
+        split_seed: seed of the held-out split and of its order; the config layer passes
+            ``task.test_seed`` (fixed by default), never ``run.seed``, so every seed of a comparison is
+            evaluated on the same problems, with the same ids.
 
     ``train_problems(seed)`` repeats the train list forever, reshuffled every epoch (seeded by
     ``seed`` and the epoch). ``test_problems(n)`` is the first ``n`` of the test list in a fixed
@@ -190,7 +197,7 @@ class DatasetTask:
 
     def __init__(self, train: list[Problem], test: list[Problem] | None = None, *, name: str = "dataset",
                  prompt_template: str | None = None, reward: str = "math", max_new_tokens: int = 4096,
-                 test_fraction: float = 0.05, split_seed: int = 0, max_prompt_chars: int | None = None,
+                 test_fraction: float = 0.05, split_seed: int = HELD_OUT_SEED, max_prompt_chars: int | None = None,
                  skipped: dict[str, int] | None = None):
         from hacrl.rewards import get_reward
 
@@ -203,9 +210,12 @@ class DatasetTask:
         self.skipped: dict[str, int] = Counter(skipped or {})  # type: ignore[assignment]
         if test is None:
             train, test = _hold_out(train, test_fraction, split_seed, name)
-        held = {" ".join(p.prompt.split()) for p in test}
-        self.skipped["train/in_test"] += sum(" ".join(p.prompt.split()) in held for p in train)
-        train = [p for p in train if " ".join(p.prompt.split()) not in held]
+        distinct = _first_of_each(test)
+        self.skipped["test/repeated_question"] += len(test) - len(distinct)
+        test = distinct
+        held = {normalize_question(p.prompt) for p in test}
+        self.skipped["train/in_test"] += sum(normalize_question(p.prompt) in held for p in train)
+        train = [p for p in train if normalize_question(p.prompt) not in held]
         self._train = self._render_all(train, "train", max_prompt_chars)
         order = seeded_order(len(test), f"test/{split_seed}")
         self._test = self._render_all([test[i] for i in order], "test", max_prompt_chars)
@@ -218,6 +228,7 @@ class DatasetTask:
     def _render_all(self, problems: list[Problem], split: str, max_chars: int | None) -> list[Problem]:
         out = []
         for p in problems:
+            p = replace(p, meta={**p.meta, "question": p.prompt})  # the bare question, for split checks
             if not (self.prompt_template is None and p.meta.get("templated")):
                 template = self.prompt_template or PAPER_TEMPLATE
                 p = replace(p, prompt=template.replace("{question}", p.prompt))
@@ -248,6 +259,34 @@ class DatasetTask:
     def num_train(self) -> int:
         return len(self._train)
 
+    def fewshot_prefix(self, k: int) -> str:
+        """``k`` worked examples to put before every prompt: train problems (a fixed draw, the same for every
+        run over these files), each its prompt, a newline, ``The answer is \\boxed{<answer>}.`` and a blank
+        line. The files hold final answers, not solutions, so an example shows the answer format only; it
+        is offered for the rewards that read such an answer (``math``, ``numeric``)."""
+        if self.reward_spec not in ("math", "numeric"):
+            raise InputError(f"task.fewshot: the worked examples of dataset {self.name!r} answer as "
+                             f"\\boxed{{<answer>}}, which task.reward={self.reward_spec!r} may not read; fix: "
+                             f"task.reward=math (or numeric), or task.fewshot=0")
+        if k > len(self._train):
+            raise InputError(f"task.fewshot={k}: dataset {self.name!r} has {len(self._train)} train problems; "
+                             f"fix: a smaller task.fewshot")
+        picks = seeded_order(len(self._train), "fewshot")[:k]
+        return "".join(f"{self._train[i].prompt}\nThe answer is \\boxed{{{self._train[i].answer}}}.\n\n"
+                       for i in picks)
+
+
+def _first_of_each(problems: list[Problem]) -> list[Problem]:
+    """``problems`` without the later copies of a question (compared normalised), order kept."""
+    seen: set[str] = set()
+    out = []
+    for p in problems:
+        key = normalize_question(p.prompt)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
 
 def _hold_out(problems: list[Problem], fraction: float, seed: int,
               name: str) -> tuple[list[Problem], list[Problem]]:
@@ -268,7 +307,7 @@ def make_dataset_task(*, train_path: str | Path, test_path: str | Path | None = 
                       id_field: str | None = None, train_split: str | None = None,
                       test_split: str | None = None, prompt_template: str | None = None,
                       reward: str = "math", max_new_tokens: int = 4096, test_fraction: float = 0.05,
-                      split_seed: int = 0, max_prompt_chars: int | None = None) -> DatasetTask:
+                      split_seed: int = HELD_OUT_SEED, max_prompt_chars: int | None = None) -> DatasetTask:
     """Load the files and build a :class:`DatasetTask` (the config layer's entry point).
 
     ``test_path`` is read with the same field names as ``train_path``, or, with ``test_benchmark`` (a

@@ -14,7 +14,17 @@ if TYPE_CHECKING:
 
 
 def build_task(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
-    """A Task (see ``hacrl.data.tasks.Task``) for ``task_cfg`` (a ``hacrl.config.TaskConfig``)."""
+    """A Task (see ``hacrl.data.tasks.Task``) for ``task_cfg`` (a ``hacrl.config.TaskConfig``), with
+    ``task_cfg.fewshot`` worked examples before every prompt (:mod:`hacrl.data.fewshot`).
+
+    ``seed`` (``run.seed``) seeds the train stream only: held-out problems come from ``task_cfg.test_seed``
+    (see :mod:`hacrl.data.splits`)."""
+    from hacrl.data.fewshot import with_fewshot
+
+    return with_fewshot(_build(task_cfg, seed=seed, max_new_tokens=max_new_tokens), task_cfg.fewshot)
+
+
+def _build(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
     kind = task_cfg.kind
     if kind == "builtin":
         from hacrl.data.tasks import get_task
@@ -34,12 +44,13 @@ def build_task(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
             name=None if task_cfg.name == type(task_cfg).model_fields["name"].default else task_cfg.name,
             question_field=task_cfg.question_field, answer_field=task_cfg.answer_field,
             prompt_template=task_cfg.prompt_template, reward=task_cfg.reward or "math",
-            max_new_tokens=max_new_tokens, test_fraction=task_cfg.test_fraction, split_seed=seed,
+            max_new_tokens=max_new_tokens, test_fraction=task_cfg.test_fraction, split_seed=task_cfg.test_seed,
             max_prompt_chars=task_cfg.max_prompt_chars)
     from hacrl.data.gym import reasoning_gym_task
 
     kwargs: dict[str, Any] = {"seed": seed, "size": task_cfg.size, "test_size": task_cfg.test_size,
-                              "reward": task_cfg.reward, "max_new_tokens": max_new_tokens,
+                              "test_seed": task_cfg.test_seed, "reward": task_cfg.reward,
+                              "max_new_tokens": max_new_tokens,
                               "config": task_cfg.options or None}
     if task_cfg.prompt_template is not None:
         kwargs["prompt_template"] = task_cfg.prompt_template

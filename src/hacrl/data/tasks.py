@@ -3,9 +3,13 @@
 Each task draws small arithmetic problems from a fixed, finite space (e.g. every pair of 2-digit
 operands). A stable hash of the problem puts it either in the held-out test split or in the training
 split, so the two are disjoint by construction and the split never depends on a seed, the Python
-hash seed or the number of problems asked for. ``train_problems(seed)`` is an infinite, seeded,
-deterministic stream drawn (with replacement) from the training split; ``test_problems(n)`` is a
-fixed list whose first ``n`` items do not depend on ``n``.
+hash seed or the number of problems asked for. The hash is of the problem's key, and the prompt is
+the key plus ``=``, digits and operators only, which :func:`hacrl.data.splits.normalize_question`
+leaves as it is: the splits are disjoint by normalised question as well (``tests/data/test_splits.py``
+checks every problem of every task). ``train_problems(seed)`` is an infinite, seeded, deterministic
+stream drawn (with replacement) from the training split; ``test_problems(n)`` is a fixed list whose
+first ``n`` items do not depend on ``n`` and whose ids (``add2/07+85``) are the same in every run.
+``fewshot_prefix(k)`` gives ``k`` worked examples from the training split (``task.fewshot``).
 
 The prompt is plain text meant to be tokenized as is: zero-padded operands and no spaces
 (``"07+85="``), answer ``"92"``. Fixed-width operands make every prompt the same length and put
@@ -133,6 +137,23 @@ class ArithmeticTask:
                 seen.add(key)
                 out.append(problem)
         return out
+
+    def fewshot_prefix(self, k: int) -> str:
+        """``k`` worked examples for the start of every prompt: distinct training problems from a fixed draw
+        (the same for every run), each written ``prompt`` + ``answer`` + newline, e.g. ``"12+34=46\\n"``."""
+        if k > 0.5 * self.space_size * (1 - self.test_fraction):
+            raise ValueError(f"task {self.name!r} has about {self.space_size * (1 - self.test_fraction):.0f} "
+                             f"training problems; asked for {k} worked examples")
+        rng = random.Random(f"{self.name}/fewshot")
+        seen: set[str] = set()
+        out: list[str] = []
+        while len(out) < k:
+            problem = self._problem(rng, "example")
+            key = problem.id.split("/", 1)[1]
+            if key not in seen and not self.is_test(key):
+                seen.add(key)
+                out.append(f"{problem.prompt}{problem.answer}\n")
+        return "".join(out)
 
     reward_spec = None  # exact match: trusted and cheap, scored inline
 
