@@ -10,6 +10,7 @@ import pytest
 
 from hacrl.cli import main
 from hacrl.config import load_config
+from hacrl.trainer.sinks import read_problem_evals
 from hacrl.trainer.trainer import Trainer
 
 ray = pytest.importorskip("ray")
@@ -51,6 +52,7 @@ def test_ray_backend_gives_the_local_backends_metrics(tmp_path, agents):
     assert [r["step"] for r in b] == [0, 1, 2]
     assert a == b
     assert lines(local, "eval.jsonl") == lines(remote, "eval.jsonl")
+    assert lines(local, "eval_problems.jsonl") == lines(remote, "eval_problems.jsonl")  # EOS flags, lengths too
     # each actor wrote its agent into the driver's checkpoint
     assert sorted(p.name for p in (remote / "checkpoints" / "step-000002" / "agents").iterdir()) == sorted(ids)
     # the overlap of the agents' rollouts is measured on both (about 1 locally)
@@ -73,6 +75,7 @@ def test_a_killed_actor_is_named_and_the_run_resumes_from_its_checkpoint(tmp_pat
     assert main([*args, "--output", str(out), "--resume"]) == 0
     assert lines(out, "metrics.jsonl") == lines(reference, "metrics.jsonl")
     assert lines(out, "eval.jsonl") == lines(reference, "eval.jsonl")
+    assert lines(out, "eval_problems.jsonl") == lines(reference, "eval_problems.jsonl")
 
 
 def test_a_data_parallel_agent_keeps_its_replicas_identical_and_checkpoints(tmp_path):
@@ -90,6 +93,10 @@ def test_a_data_parallel_agent_keeps_its_replicas_identical_and_checkpoints(tmp_
             assert metrics["agent/qwen-char/count/cross"] == g * b
         digests = ray.get([actor.weights_digest.remote() for actor in trainer.backend.groups[0]])
         assert digests[0] == digests[1]
+        trainer.evaluate()  # each replica answers its half of the held-out problems, merged in problem order
+        record = next(r for r in read_problem_evals(trainer.run_dir) if r["agent"] == "qwen-char")
+        assert record["ids"] == [p.id for p in trainer.eval_problems]
+        assert len(record["tokens"]) == len(record["finished"]) == cfg.trainer.eval_size
         path = trainer.save_checkpoint()
         assert (path / "agents" / "qwen-char" / "rng-rank1.pt").is_file()
         assert (path / "agents" / "qwen-char" / "model.safetensors").is_file()

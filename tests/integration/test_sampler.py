@@ -37,3 +37,37 @@ def test_the_decoding_loop_samples_what_generate_samples(name, params):
 def test_an_unknown_sampler_is_refused():
     with pytest.raises(ValueError, match="sampler"):
         HFEngine(sampler="beam")
+
+
+@pytest.mark.parametrize("name", ["qwen2-char-early", "llama-bpe"])
+def test_greedy_answers_are_the_same_when_finished_rows_leave_the_batch(name, monkeypatch):
+    from hacrl.rollout import hf
+
+    torch.set_num_threads(1)
+    agent = load_agent("a", 0, tiny_agent_path(name))
+    # prompts of different lengths (left padding) whose answers end after 1 to 12 tokens, or not at all
+    prompts = [agent.render_prompt(q) for a in range(16) for q in (f"{a}+{7 * a}=", f"{a * 13}+", f"x{a}=")]
+    kept: list[int] = []
+    real = hf.compact_rows
+    monkeypatch.setattr(hf, "compact_rows", lambda cache, keep_L: kept.append(len(keep_L)) or real(cache, keep_L))
+    for params in (SamplingParams(n=1, max_new_tokens=12, greedy=True),
+                   SamplingParams(n=2, max_new_tokens=12)):
+        torch.manual_seed(5)
+        fast = HFEngine().generate(agent, prompts, params)
+        torch.manual_seed(5)
+        slow = HFEngine(compact_finished=False).generate(agent, prompts, params)
+        assert [(s.prompt_index, s.token_ids, s.finished) for s in fast] == \
+            [(s.prompt_index, s.token_ids, s.finished) for s in slow]
+        # a smaller batch rounds its matmuls differently (in the 7th digit), as any change of batch does
+        for a, b in zip(fast, slow):
+            torch.testing.assert_close(torch.tensor(a.logps), torch.tensor(b.logps), atol=1e-5, rtol=0)
+        assert any(s.finished for s in fast) and len({len(s.token_ids) for s in fast}) >= 3
+        if params.greedy:  # finished rows left the batch, in steps of at least a quarter
+            assert kept and all(b <= 0.75 * a for a, b in zip([len(prompts), *kept], kept))
+            kept.clear()
+    assert not kept  # sampling never compacts
+
+
+def test_compact_finished_must_be_a_boolean():
+    with pytest.raises(ValueError, match="compact_finished"):
+        HFEngine(compact_finished="yes")

@@ -193,7 +193,7 @@ def _merge(method: str, per_rank: list[Any]) -> Any:
             values = [m[key] for _, m in per_rank if key in m]
             metrics[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
         return rollouts, metrics
-    if method == "generate_texts":
+    if method == "generate_answers":
         return [x for part in per_rank for x in part]
     return per_rank[0]
 

@@ -163,8 +163,9 @@ class AgentWorker:
         if spec.autocast:
             agent.autocast_dtype = DTYPES[spec.autocast]
         if spec.gradient_checkpointing:
-            # non-reentrant: works with frozen inputs (LoRA) and keeps the RNG-free forward exact
-            agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            from hacrl.agents.agent import enable_checkpointing
+
+            enable_checkpointing(agent.model)  # non-reentrant, without transformers 5's FutureWarning
         agent.configure_optimizer(lr=spec.lr, weight_decay=spec.weight_decay)
         if spec.kl_coef > 0:
             if resume_from and (path / "reference").is_dir():
@@ -302,7 +303,7 @@ class AgentWorker:
                           seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
         a = cfg.algorithm
         settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
-                                self.spec.kl_coef)
+                                self.spec.kl_coef, a.imitation_coef)
         self._sleep_engine_for_training()
         ratios: dict[int, list[float]] | None = {} if cross_lower0 is not None else None
         metrics: dict[str, Any] = update_learner(
@@ -373,17 +374,19 @@ class AgentWorker:
             trajectories[i] = dataclasses.replace(t, token_ids=s.token_ids, token_logps=s.logps)
         return TrajectoryPool(pool.problems, trajectories)
 
-    def generate_texts(self, prompts: list[str], params: SamplingParams, batch_size: int = 256) -> list[tuple[int, str]]:
-        """(prompt index, answer text) for evaluation, ``batch_size`` prompts per engine call."""
+    def generate_answers(self, prompts: list[str], params: SamplingParams, batch_size: int = 256) -> list[Trajectory]:
+        """Answers for evaluation, ``batch_size`` prompts per engine call: unscored trajectories (prompt index,
+        text, finished, log-prob sum, token count), without their token ids; ``params.n`` per prompt, prompt-major."""
         self._wake_up()
         share = self._my_share(len(prompts))
-        out: list[tuple[int, str]] = []
+        out: list[Trajectory] = []
         with self._own_rng(), self._diverges_in("eval", self.step_idx):
             for start in range(share.start, share.stop, batch_size):
                 rendered = [self.agent.render_prompt(p) for p in prompts[start : min(start + batch_size, share.stop)]]
                 samples = self.engine.generate(self.agent, rendered, params)
                 texts = self.agent.decode_answers([list(s.token_ids) for s in samples])
-                out.extend((start + s.prompt_index, text) for s, text in zip(samples, texts, strict=True))
+                out.extend(Trajectory(start + s.prompt_index, self.index, text, s.finished, float(sum(s.logps)),
+                                      len(s.token_ids)) for s, text in zip(samples, texts, strict=True))
         return out
 
     def save(self, path: Path) -> None:

@@ -17,6 +17,13 @@ Two samplers give the same tokens from the same random state (a test holds them 
   sequences — the temperature-1 policy's, which is what the trainer uses as π_old (at other
   temperatures it recomputes them anyway).
 
+Greedy decoding (evaluation) drops rows that reached EOS from the batch and their KV cache
+(``compact_finished``, default on; once a quarter of the rows still decoded are done), so one long answer
+no longer makes every finished row of its batch run to ``max_new_tokens``. Rows are independent, so the
+answers are those decoded without it up to the float rounding of a smaller batch, as with any other batch
+size (a test holds the tokens equal and the log-probs to 1e-5). Sampled rollouts never compact: their
+random draws would land on other rows.
+
 A LoRA agent (peft) decodes through a *merged copy* (``merge_lora``, default on): a plain model whose
 linear weights are W + s·B·A, refreshed from the adapter before every call. Decoding a few rows at a
 time a LoRA linear layer makes three matmul calls (W, A, B) where the merged one makes one: the
@@ -61,16 +68,18 @@ class MergedLoRA:
 @ENGINES.register("hf")
 class HFEngine:
     def __init__(self, batch_size: int = 256, scores_budget_bytes: int = 1 << 30, forward_batch: int = 16,
-                 sampler: str = "loop", merge_lora: bool = True) -> None:
+                 sampler: str = "loop", merge_lora: bool = True, compact_finished: bool = True) -> None:
         if sampler not in ("loop", "generate"):
             raise ValueError(f"rollout.engine_options.sampler must be loop or generate, got {sampler!r}")
-        if not isinstance(merge_lora, bool):
-            raise ValueError(f"rollout.engine_options.merge_lora must be true or false, got {merge_lora!r}")
+        for name, value in (("merge_lora", merge_lora), ("compact_finished", compact_finished)):
+            if not isinstance(value, bool):
+                raise ValueError(f"rollout.engine_options.{name} must be true or false, got {value!r}")
         self.batch_size = batch_size  # sequences per call, bounds memory
         self.scores_budget_bytes = scores_budget_bytes
         self.forward_batch = forward_batch
         self.sampler = sampler
         self.merge_lora = merge_lora
+        self.compact_finished = compact_finished  # greedy decoding drops finished rows from the batch
         self._merged: dict[int, MergedLoRA] = {}  # id(agent.model) -> its merged copy
 
     @torch.no_grad()
@@ -112,7 +121,7 @@ class HFEngine:
             with autocast:
                 if self.sampler == "loop":
                     new_ids_RT, logp_RT = _sample_loop(model, ids.to(agent.device), attn.to(agent.device), params,
-                                                       eos_id=eos_id, pad_id=pad_id)
+                                                       eos_id=eos_id, pad_id=pad_id, compact=self.compact_finished)
                 else:
                     new_ids_RT, logp_RT = self._generate(agent, rows, ids, attn, params)
         finally:
@@ -177,38 +186,64 @@ def _process(logits_RV: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def _sample_loop(model: Any, ids_RP: torch.Tensor, attn_RP: torch.Tensor, params: SamplingParams, *,
-                 eos_id: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decode up to ``max_new_tokens`` over the KV cache; rows that reached EOS get ``pad_id``. Returns
-    (token ids [R, T], their log-probs under the processed distribution [R, T]) on the CPU."""
+                 eos_id: int, pad_id: int, compact: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode up to ``max_new_tokens`` over the KV cache; rows that reached EOS get ``pad_id`` (log-prob 0).
+    Returns (token ids [R, T], their log-probs under the processed distribution [R, T]) on the CPU.
+
+    Greedy with ``compact``: once a quarter of the rows still decoded have reached EOS, they leave the batch
+    (``compact_rows``), so a batch whose answers differ in length stops paying for the finished ones. Sampling
+    never compacts: its random draws would fall on other rows than before."""
     from transformers import DynamicCache
 
     from hacrl.agents.shared_prompt import cache_kwargs, output_cache
 
-    rows = ids_RP.shape[0]
-    position_R1 = (attn_RP.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids_RP, attention_mask=attn_RP, position_ids=position_R1, use_cache=True,
+    rows, device = ids_RP.shape[0], ids_RP.device
+    position_L1 = (attn_RP.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids_RP, attention_mask=attn_RP, position_ids=position_L1, use_cache=True,
                 logits_to_keep=1, **cache_kwargs(model, DynamicCache()))
-    position_R1 = position_R1[:, -1:]
-    done_R = torch.zeros(rows, dtype=torch.bool, device=ids_RP.device)
-    tokens, logps = [], []
+    position_L1, attn_LP = position_L1[:, -1:], attn_RP
+    live_L = torch.arange(rows, device=device)  # the batch row of each row still decoded
+    done_L = torch.zeros(rows, dtype=torch.bool, device=device)
+    tokens_RT = torch.full((rows, params.max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logp_RT = torch.zeros((rows, params.max_new_tokens), dtype=torch.float32, device=device)
+    compact = compact and params.greedy
     for step in range(params.max_new_tokens):
-        logits_RV = out.logits[:, -1].float()
-        if not bool(torch.isfinite(logits_RV).all()):  # diverged weights: say so, not multinomial's error
+        logits_LV = out.logits[:, -1].float()
+        if not bool(torch.isfinite(logits_LV).all()):  # diverged weights: say so, not multinomial's error
             raise FloatingPointError(f"non-finite logits at answer token {step}")
         if params.greedy:
-            next_R = logits_RV.argmax(dim=-1)
-            logp_RV = torch.log_softmax(logits_RV, dim=-1)
+            next_L = logits_LV.argmax(dim=-1)
+            logp_LV = torch.log_softmax(logits_LV, dim=-1)
         else:
-            scores_RV = _process(logits_RV, params)
-            next_R = torch.multinomial(scores_RV.softmax(dim=-1), num_samples=1).squeeze(1)
-            logp_RV = torch.log_softmax(scores_RV, dim=-1)
-        tokens.append(torch.where(done_R, pad_id, next_R))
-        logps.append(logp_RV.gather(1, next_R[:, None]).squeeze(1))
-        done_R = done_R | (tokens[-1] == eos_id)
-        if bool(done_R.all()) or step == params.max_new_tokens - 1:
+            scores_LV = _process(logits_LV, params)
+            next_L = torch.multinomial(scores_LV.softmax(dim=-1), num_samples=1).squeeze(1)
+            logp_LV = torch.log_softmax(scores_LV, dim=-1)
+        token_L = torch.where(done_L, pad_id, next_L)
+        tokens_RT[live_L, step] = token_L
+        logp_RT[live_L, step] = torch.where(done_L, 0.0, logp_LV.gather(1, next_L[:, None]).squeeze(1))
+        done_L = done_L | (token_L == eos_id)
+        if bool(done_L.all()) or step == params.max_new_tokens - 1:
             break
-        attn_RP = torch.cat([attn_RP, attn_RP.new_ones((rows, 1))], dim=1)
-        position_R1 = position_R1 + 1
-        out = model(input_ids=tokens[-1][:, None], attention_mask=attn_RP, position_ids=position_R1,
-                    use_cache=True, **cache_kwargs(model, output_cache(out)))
-    return torch.stack(tokens, dim=1).cpu(), torch.stack(logps, dim=1).cpu()
+        cache = output_cache(out)
+        if compact and 4 * int(done_L.sum()) >= len(done_L):
+            keep_L = (~done_L).nonzero()[:, 0]
+            if compact_rows(cache, keep_L):
+                live_L, done_L, token_L = live_L[keep_L], done_L[keep_L], token_L[keep_L]
+                attn_LP, position_L1 = attn_LP[keep_L], position_L1[keep_L]
+        attn_LP = torch.cat([attn_LP, attn_LP.new_ones((len(live_L), 1))], dim=1)
+        position_L1 = position_L1 + 1
+        out = model(input_ids=token_L[:, None], attention_mask=attn_LP, position_ids=position_L1,
+                    use_cache=True, **cache_kwargs(model, cache))
+    return tokens_RT[:, : step + 1].cpu(), logp_RT[:, : step + 1].cpu()
+
+
+def compact_rows(cache: Any, keep_L: torch.Tensor) -> bool:
+    """Keep only rows ``keep_L`` of a KV cache, in place; False (cache untouched) for a cache whose layers
+    hold more than keys and values per row (linear-attention states, quantized layers): those stay whole."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers):
+        return False
+    cache.batch_select_indices(keep_L)
+    return True

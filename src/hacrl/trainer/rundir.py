@@ -26,8 +26,9 @@ logger = logging.getLogger(__name__)
 LOCK_FILE = ".hacrl.lock"
 # every top-level name a run writes (trainer, checkpoints, sinks, `hacrl compare`'s record, log rewrites)
 RUN_ENTRIES = frozenset({
-    "config.yaml", "metrics.jsonl", "eval.jsonl", "samples", "tensorboard", "checkpoints", "compare.json",
-    "metrics.jsonl.tmp", "eval.jsonl.tmp", "trackers.json", "trackers.json.tmp", "wandb", LOCK_FILE,
+    "config.yaml", "metrics.jsonl", "eval.jsonl", "eval_problems.jsonl", "samples", "tensorboard", "checkpoints",
+    "compare.json", "metrics.jsonl.tmp", "eval.jsonl.tmp", "eval_problems.jsonl.tmp", "trackers.json",
+    "trackers.json.tmp", "wandb", LOCK_FILE,
 })
 
 

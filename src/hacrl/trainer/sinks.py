@@ -1,5 +1,6 @@
 """Where metrics go: a JSONL file (always), TensorBoard event files (if installed), or nothing; and how
-they read back: the evaluation keys, a step's phase times, metrics.jsonl and eval.jsonl records.
+they read back: the evaluation keys, a step's phase times, metrics.jsonl, eval.jsonl and
+eval_problems.jsonl records.
 
 Each sink takes flat ``{namespaced/key: number}`` dicts once per step.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -79,6 +81,16 @@ class MultiSink:
     def close(self) -> None:
         for s in self.sinks:
             s.close()
+
+
+def append_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append one JSON line per record, each written whole and flushed, then fsync: a kill cuts at most the
+    last line short (readers skip it), never a line written before."""
+    with open(path, "a", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+        os.fsync(f.fileno())
 
 
 # ---- the metric keys, and reading a run's logs back ------------------------------------------------------
@@ -162,3 +174,12 @@ def read_sampled_evals(run_dir: Path) -> dict[tuple[int, str], dict[str, float]]
                                                "pass": float(r["sampled_pass"]) if r.get("sampled_pass")
                                                is not None else math.nan}
     return out
+
+
+def read_problem_evals(run_dir: Path) -> list[dict[str, Any]]:
+    """The per-problem evaluation records of a run (eval_problems.jsonl), in file order: one per (step,
+    agent, suite) with ``step``, ``agent``, ``task`` or ``benchmark``, and the arrays of
+    ``hacrl.trainer.evaluation.ProblemRecords`` (``ids``, ``reward``, ``unscorable``, ``finished``,
+    ``tokens``, ``texts``; ``sampled`` and ``sampled_finished`` with ``trainer.eval_k`` > 0). Empty for a
+    run made before these records existed; a line cut short by a kill is skipped."""
+    return [r for r in read_jsonl(run_dir / "eval_problems.jsonl") if "agent" in r and "ids" in r]

@@ -30,6 +30,7 @@ import torch
 import yaml
 
 from hacrl.agents.agent import Agent
+from hacrl.agents.gguf import check_finetune_overlap
 from hacrl.backends import AgentFailure, make_backend
 from hacrl.backends.worker import resolve_model_path
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
@@ -43,8 +44,8 @@ from hacrl.rewards import RewardScorer, ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
-from hacrl.trainer.evaluation import EvalResult, score_answers
-from hacrl.trainer.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
+from hacrl.trainer.evaluation import score_answers
+from hacrl.trainer.sinks import MultiSink, NullSink, append_lines, eval_key, phase_times, read_evals
 from hacrl.trainer.trackers import make_sinks, resolve_loggers
 from hacrl.types import Problem, Trajectory
 
@@ -124,6 +125,7 @@ class Trainer:
         self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
         self.benchmarks = self._load_benchmarks()
+        check_finetune_overlap(cfg.agents, self.eval_problems, *(ps for ps, _ in self.benchmarks.values()))
         self.scorer = task_scorer(self.task, cfg.task)
         try:
             self.backend = make_backend(cfg, resume_from=resume_from, step=self.step_idx)
@@ -181,7 +183,7 @@ class Trainer:
 
     def _truncate_logs(self, step: int) -> None:
         """Drop log lines written after the checkpoint we resume from (a killed run may have gone further)."""
-        for name in ("metrics.jsonl", "eval.jsonl"):
+        for name in ("metrics.jsonl", "eval.jsonl", "eval_problems.jsonl"):
             path = self.run_dir / name
             if not path.is_file():
                 continue
@@ -355,30 +357,35 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark
-        (the agents generate concurrently on Ray; the answers are scored here)."""
+        (the agents generate concurrently on Ray; the answers are scored here). Appends the totals to
+        eval.jsonl and the per-problem records to eval_problems.jsonl, both once everything is scored."""
         params = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens, greedy=True)
         suites: list[tuple[str | None, list[Problem], Callable[[list[str], list[Problem]], ScoreResult]]] = [
             (None, self.eval_problems, self.score)]
         suites += [(name, problems, scorer.score_problems) for name, (problems, scorer) in self.benchmarks.items()]
-        answers = [self.backend.call("generate_texts", [([p.prompt for p in problems], params)] * len(self.agent_ids))
+        n_agents = len(self.agent_ids)
+        answers = [self.backend.call("generate_answers", [([p.prompt for p in problems], params)] * n_agents)
                    for _, problems, _ in suites]
-        k, r = self.cfg.trainer.eval_k, self.cfg.rollout
-        sampled = self.backend.call("generate_texts", [([p.prompt for p in self.eval_problems], SamplingParams(
-            n=k, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens))] * len(self.agent_ids)) \
-            if k > 0 else [None] * len(self.agent_ids)
+        k, r, t = self.cfg.trainer.eval_k, self.cfg.rollout, self.cfg.trainer
+        sampled = self.backend.call("generate_answers", [([p.prompt for p in self.eval_problems], SamplingParams(
+            n=k, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens))] * n_agents) \
+            if k > 0 else [None] * n_agents
         out: dict[str, float] = {}
-        with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as f:
-            for i, agent_id in enumerate(self.agent_ids):
-                for s, ((name, problems, score), per_agent) in enumerate(zip(suites, answers, strict=True)):
-                    task_k = k if s == 0 else 0  # sampled answers: the task's held-out split only
-                    res: EvalResult = score_answers(agent_id, problems, per_agent[i], score,
-                                                    sampled=sampled[i] if task_k else None, k=task_k)
-                    where = {"task": self.task.name} if name is None else {"benchmark": name}
-                    f.write(json.dumps({"step": self.step_idx, **where, **res.as_dict()}) + "\n")
-                    out[eval_key(agent_id, "greedy_acc", name)] = res.greedy_acc
-                    if res.sampled_avg is not None:
-                        out[eval_key(agent_id, f"sampled_avg@{k}", name)] = res.sampled_avg
-                        out[eval_key(agent_id, f"sampled_pass@{k}", name)] = res.sampled_pass
+        totals, per_problem = [], []
+        for i, agent_id in enumerate(self.agent_ids):
+            for s, ((name, problems, score), per_agent) in enumerate(zip(suites, answers, strict=True)):
+                task_k = k if s == 0 else 0  # sampled answers: the task's held-out split only
+                res, records = score_answers(agent_id, problems, per_agent[i], score,
+                                             sampled=sampled[i] if task_k else None, k=task_k, texts=t.eval_texts)
+                where = {"task": self.task.name} if name is None else {"benchmark": name}
+                totals.append({"step": self.step_idx, **where, **res.as_dict()})
+                per_problem.append({"step": self.step_idx, "agent": agent_id, **where, **records.as_dict()})
+                out[eval_key(agent_id, "greedy_acc", name)] = res.greedy_acc
+                if res.sampled_avg is not None:
+                    out[eval_key(agent_id, f"sampled_avg@{k}", name)] = res.sampled_avg
+                    out[eval_key(agent_id, f"sampled_pass@{k}", name)] = res.sampled_pass
+        append_lines(self.run_dir / "eval.jsonl", totals)
+        append_lines(self.run_dir / "eval_problems.jsonl", per_problem)
         return out
 
     def save_checkpoint(self) -> Path:
