@@ -5,7 +5,15 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import LossInputs, group_advantages, grpo_loss, gspo_loss, hacpo_advantages, hacpo_loss
+from hacrl.core import (
+    LossInputs,
+    group_advantages,
+    grpo_loss,
+    gspo_loss,
+    hacpo_advantages,
+    hacpo_loss,
+    imitation_loss,
+)
 
 B, T, V, D = 8, 6, 11, 5
 
@@ -34,34 +42,44 @@ def tiny_policy(seed):
         "adv": torch.randn(B, generator=gen),
         "own": torch.tensor([True, False, True, False, False, True, False, True]),
         "omega": torch.tensor([1.0, 2.5, 1.0, 0.4, 3.0, 1.0, 0.7, 1.0]),
+        # cross rows 1, 3 (the empty one) and 6 are other agents' correct answers (imitation)
+        "imitate": torch.tensor([False, True, False, True, False, False, True, False]),
     }
     return (emb, W), logp_of, data
 
 
-def loss_on(name, logp_of, data, rows):
+LOSSES = {"hacpo": hacpo_loss, "gspo": gspo_loss, "grpo": grpo_loss, "imitation": imitation_loss}
+
+
+def loss_on(name, logp_of, data, rows, shares=(None, None)):
+    """The loss of the rows ``rows``; ``shares``: the minibatch's own / imitated shares (imitation only)."""
     d = {k: v[rows] for k, v in data.items()}
     logp = logp_of(rows)
     inputs = LossInputs(logp, d["mask"], d["adv"], old_logp_mean_B=d["old_mean"], own_B=d["own"],
-                        omega_B=d["omega"], old_logp_BT=d["old_tok"], ref_logp_BT=d["ref"])
-    loss_fn = {"hacpo": hacpo_loss, "gspo": gspo_loss, "grpo": grpo_loss}[name]
-    loss, _ = loss_fn(inputs, clip_low=0.2, clip_high=0.28, alpha=1.0, cross_lower=0.85, kl_coef=0.05)
+                        omega_B=d["omega"], old_logp_BT=d["old_tok"], ref_logp_BT=d["ref"],
+                        imitate_B=d["imitate"], own_share=shares[0], imitate_share=shares[1])
+    loss, _ = LOSSES[name](inputs, clip_low=0.2, clip_high=0.28, alpha=1.0, cross_lower=0.85, kl_coef=0.05,
+                           imitation_coef=0.7)
     return loss
 
 
-def accumulated_grads(name, seed, split, weights=None):
+def accumulated_grads(name, seed, split, weights=None, minibatch_shares=True):
     params, logp_of, data = tiny_policy(seed)
+    # the whole minibatch's shares, as the learner passes them to each micro-batch (4/8 own, 3/8 imitated)
+    own, imitate = data["own"], data["imitate"] & ~data["own"]
+    shares = (float(own.float().mean()), float(imitate.float().mean())) if minibatch_shares else (None, None)
     total = [torch.zeros_like(p) for p in params]
     start = 0
     for j, size in enumerate(split):
         rows = torch.arange(start, start + size)
         start += size
         w = size / B if weights is None else weights[j]
-        gs = torch.autograd.grad(w * loss_on(name, logp_of, data, rows), params)
+        gs = torch.autograd.grad(w * loss_on(name, logp_of, data, rows, shares), params)
         total = [t + g for t, g in zip(total, gs)]
     return total
 
 
-@pytest.mark.parametrize("name", ["hacpo", "gspo", "grpo"])
+@pytest.mark.parametrize("name", list(LOSSES))
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("split", [(4, 4), (1,) * 8, (3, 5)])
 def test_microbatch_split_gives_the_full_minibatch_gradient(name, seed, split):
@@ -71,11 +89,22 @@ def test_microbatch_split_gives_the_full_minibatch_gradient(name, seed, split):
         assert_close(g_split, g_full, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["hacpo", "gspo", "grpo"])
+@pytest.mark.parametrize("name", list(LOSSES))
 def test_microbatch_split_is_sensitive_to_the_weights(name):
     # the check above can fail: weighting the uneven 3/5 split by 1/2 each (a common bug) is wrong
     full = accumulated_grads(name, 0, (8,))
     wrong = accumulated_grads(name, 0, (3, 5), weights=(0.5, 0.5))
+    assert max((a - b).abs().max() for a, b in zip(wrong, full)) > 1e-3
+
+
+@pytest.mark.parametrize("split", [(3, 5), (1,) * 8])
+def test_imitation_micro_batches_need_the_minibatch_shares(split):
+    # each micro-batch averaging over its own subsets (own rows, imitated rows) instead of the minibatch's
+    # gives another gradient: the 3/5 split has 2 of 4 own rows and 1 of 3 imitated ones in its first part
+    full = accumulated_grads("imitation", 0, (8,))
+    assert all(torch.equal(a, b) for a, b in zip(full, accumulated_grads("imitation", 0, (8,),
+                                                                          minibatch_shares=False)))
+    wrong = accumulated_grads("imitation", 0, split, minibatch_shares=False)
     assert max((a - b).abs().max() for a, b in zip(wrong, full)) > 1e-3
 
 

@@ -12,7 +12,15 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import LossInputs, grpo_loss, gspo_loss, hacpo_advantages, hacpo_loss, stepwise_lower_bound
+from hacrl.core import (
+    LossInputs,
+    grpo_loss,
+    gspo_loss,
+    hacpo_advantages,
+    hacpo_loss,
+    imitation_loss,
+    stepwise_lower_bound,
+)
 
 SEEDS = range(24)
 
@@ -107,6 +115,33 @@ def ref_grpo(logp, mask, old_logp, adv, *, clip_low, clip_high, max_log_ratio, r
     loss = -total / B
     if ref_logp is not None:
         loss = loss + ref_kl(logp, mask, ref_logp, kl_coef, [True] * B)
+    return loss
+
+
+def ref_imitation(logp, mask, old, adv, own, imitate, *, lam, clip_low, clip_high, max_log_ratio, ref_logp,
+                  kl_coef):
+    """GSPO's clipped term and KL averaged over the own rows, plus λ times the mean over the imitated other
+    agents' rows of −(1/L) Σ_t logp; a term without rows is 0."""
+    loss = 0.0 * logp.sum()
+    own_rows = [i for i in range(logp.shape[0]) if own[i]]
+    imitated_rows = [i for i in range(logp.shape[0]) if imitate[i] and not own[i]]
+    if own_rows:
+        total = 0.0 * logp.sum()
+        for i in own_rows:
+            s = seq_ratio(logp[i], mask[i], old[i].item(), max_log_ratio)
+            if s is not None:
+                total = total + own_term(s, adv[i].item(), clip_low, clip_high)
+        loss = loss - total / len(own_rows)
+        if ref_logp is not None:
+            idx = torch.tensor(own_rows)
+            loss = loss + ref_kl(logp[idx], mask[idx], ref_logp[idx], kl_coef, [True] * len(own_rows))
+    if imitated_rows and lam:
+        nll = 0.0 * logp.sum()
+        for i in imitated_rows:
+            tokens = [logp[i, t] for t in range(logp.shape[1]) if mask[i, t] > 0]
+            if tokens:
+                nll = nll - sum(tokens) / len(tokens)
+        loss = loss + lam * nll / len(imitated_rows)
     return loss
 
 
@@ -210,6 +245,24 @@ def test_grpo_loss_matches_reference(seed):
     want = ref_grpo(logp, mask, old_tok, adv, clip_low=kw["clip_low"], clip_high=kw["clip_high"],
                     max_log_ratio=kw["max_log_ratio"], ref_logp=ref if kw["kl_coef"] else None,
                     kl_coef=kw["kl_coef"])
+    assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_close(grads(got, logp), grads(want, logp), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_imitation_loss_matches_reference(seed):
+    logp, mask, old, _, adv, own, _, ref, kw, _ = random_loss_problem(seed)
+    rng = random.Random(seed)
+    imitate = ~own & (torch.rand(logp.shape[0], generator=torch.Generator().manual_seed(seed)) < 0.6)
+    if seed % 4 == 0:
+        imitate = imitate | own  # own rows flagged too: never imitated
+    lam = rng.choice([0.0, 0.5, 1.0, 3.0])
+    logp = logp.requires_grad_(True)
+    inputs = LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=own, imitate_B=imitate, ref_logp_BT=ref)
+    got, _ = imitation_loss(inputs, imitation_coef=lam, **kw)
+    want = ref_imitation(logp, mask, old, adv, own, imitate, lam=lam, clip_low=kw["clip_low"],
+                         clip_high=kw["clip_high"], max_log_ratio=kw["max_log_ratio"],
+                         ref_logp=ref if kw["kl_coef"] else None, kl_coef=kw["kl_coef"])
     assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert_close(grads(got, logp), grads(want, logp), rtol=1e-5, atol=1e-6)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from torch.testing import assert_close
 
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
-from hacrl.config import load_config
+from hacrl.config import derive, load_config
 from hacrl.core import POLICY_LOSSES, LossInputs, omega_matrix
 from hacrl.learner import update
 from hacrl.learner.algorithms import ALGORITHMS
@@ -29,7 +30,7 @@ from hacrl.trainer.trainer import Trainer
 
 # δ = 0.2, δ_step = 0.025: ℓ_0 = 0.8, ℓ_1 = 0.825, ℓ_2 = 0.85, ℓ_3 = 0.875
 SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
-                        kl_coef=0.0)
+                        kl_coef=0.0, imitation_coef=1.0)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -156,7 +157,9 @@ def differences(a: Call, b: Call) -> set[str]:
     out = {k for k in a.settings.keys() | b.settings.keys() if a.settings.get(k) != b.settings.get(k)}
     for f in fields:
         x, y = getattr(a.inputs, f), getattr(b.inputs, f)
-        if (x is None) != (y is None) or (x is not None and not torch.equal(x, y)):
+        same = x is y is None or (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and torch.equal(x, y)) \
+            or (not isinstance(x, torch.Tensor) and x == y)
+        if not same:
             out.add(f)
     return out
 
@@ -255,6 +258,116 @@ def test_grpo_loss_gets_the_configs_clip_radii(tmp_path, spy, overrides, expecte
 
 
 def test_sequence_losses_keep_gspos_default_radii():
-    for name in ("hacpo", "gspo", "gspo2x", "naive", "hacpo-noclip"):
+    for name in ("hacpo", "gspo", "gspo2x", "naive", "imitation", "hacpo-noclip"):
         cfg = load_config("tiny-test", overrides=[f"algorithm.name={name}"])
         assert (cfg.algorithm.clip_low, cfg.algorithm.clip_high) == (3e-4, 4e-4), name
+
+
+# ---- the imitation baseline: GSPO on own answers + λ·NLL of the others' verified-correct answers ---------------
+
+def run_trainer(tmp_path, overrides: list[str]) -> None:
+    cfg = load_config("tiny-test", overrides=["trainer.steps=1", *overrides])
+    run_dir = tmp_path / cfg.algorithm.name
+    run_dir.mkdir()
+    trainer = Trainer(cfg, run_dir)
+    try:
+        trainer.step()
+    finally:
+        trainer.close()
+
+
+def test_imitation_advantages_are_gspos_over_own_answers():
+    # one group, learner 0: own rewards [1, 0], agent 1's [1, 1]. GSPO over the own answers: mean ½, unbiased
+    # std 1/√2 → A = ±0.7071068; the cross answers get 0 and ω = 1. (naive's joint group [1, 0, 1, 1] would give
+    # mean 0.75, std 0.5 → 0.5, −1.5, 0.5, 0.5)
+    cap = torch.tensor([0.2, 0.8])
+    rows = [ViewRow(0, src, src == 0, [1], [2], 0.0, None, reward)
+            for src, reward in ((0, 1.0), (0, 0.0), (1, 1.0), (1, 1.0))]
+    assign_advantages(rows, 0, ALGORITHMS.get("imitation"), omega_matrix(cap), cap)
+    assert [r.advantage for r in rows] == pytest.approx([0.7071068, -0.7071068, 0.0, 0.0], rel=1e-5)
+    assert [r.omega for r in rows] == [1.0] * 4
+
+
+def imitation_rows(agent) -> list[ViewRow]:
+    """One prompt: the learner's answers "42" (reward 1) and "7" (0), and four of agent 1: "42 " correct (the
+    one imitated), "5" wrong, "40" partial credit 0.5, and "42!" correct but cut at the learner's answer limit
+    (not the verified text). Own π_old: the learner's own mean log-prob, so own ratios are 1."""
+    prompt = "12+30="
+    rows = [row(agent, 0, 0, 0, prompt, "42", 1.0), row(agent, 0, 0, 0, prompt, "7", 0.0)]
+    rows += [row(agent, 0, 1, 0, prompt, ans, r) for ans, r in (("42 ", 1.0), ("5", 0.0), ("40", 0.5), ("42!", 1.0))]
+    rows[5].truncated = True
+    logp_BT, _, mask_BT = _forward(agent, rows, True, [False] * len(rows))
+    for r, mean in zip(rows, ((logp_BT * mask_BT).sum(-1) / mask_BT.sum(-1)).tolist(), strict=True):
+        r.old_logp_mean = mean
+    assign_advantages(rows, 0, ALGORITHMS.get("imitation"), omega_matrix(CAP), CAP)
+    return rows
+
+
+def test_imitation_learner_path_by_hand(spy):
+    agent = make_agent()
+    rows = imitation_rows(agent)
+    metrics = update_learner(agent, [rows], ALGORITHMS.get("imitation"),
+                             dataclasses.replace(SETTINGS, imitation_coef=0.5), micro_batch_size=64, grad_clip=1.0)
+    (call,) = spy
+    x = call.inputs
+    assert call.loss == "imitation" and call.settings["imitation_coef"] == 0.5
+    assert x.own_B.tolist() == [True, True, False, False, False, False]
+    assert x.imitate_B.tolist() == [False, False, True, False, False, False]  # only the whole, fully correct one
+    assert (x.own_share, x.imitate_share) == (2 / 6, 1 / 6)
+    # own ratios 1, A = ±0.7071: GSPO_own = −(0.7071 − 0.7071)/2 = 0, so the loss is λ = 0.5 times the imitated
+    # answer's token-mean NLL, here from one plain forward pass of prompt + answer
+    nll = -statistics.mean(token_logps_by_hand(agent, rows[2].prompt_ids, rows[2].answer_ids))
+    assert call.value == pytest.approx(0.5 * nll, rel=1e-5)
+    assert metrics["imitation/nll"] == pytest.approx(nll, rel=1e-5)
+    assert metrics["cross/imitated_frac"] == pytest.approx(1 / 4)
+    assert metrics["count/imitated"] == 1 and metrics["count/cross"] == 4
+
+
+@pytest.mark.parametrize("micro", [1, 4, 64])
+def test_imitation_with_lambda_zero_is_gspo_on_the_own_answers(spy, micro):
+    # the same update as gspo on the learner's own two rows alone: loss, gradient norm (micro-batches of the
+    # six rows weighted by their share still give the means over the own rows)
+    agent = make_agent()
+    rows = imitation_rows(agent)
+    rows[0].old_logp_mean -= math.log(1.1)  # an own ratio of 1.1, inside GSPO's window [0.8, 1.28]
+    im = update_learner(agent, [copy.deepcopy(rows)], ALGORITHMS.get("imitation"),
+                        dataclasses.replace(SETTINGS, imitation_coef=0.0), micro_batch_size=micro, grad_clip=1e9)
+    own = copy.deepcopy([r for r in rows if r.is_own])
+    assign_advantages(own, 0, ALGORITHMS.get("gspo"), omega_matrix(CAP), CAP)
+    assert [r.advantage for r in own] == [r.advantage for r in rows[:2]]
+    gs = update_learner(agent, [own], ALGORITHMS.get("gspo"), SETTINGS, micro_batch_size=micro, grad_clip=1e9)
+    assert im["grad_norm"] > 1e-3
+    assert im["grad_norm"] == pytest.approx(gs["grad_norm"], rel=1e-6)
+    assert im["pg_loss"] == pytest.approx(gs["pg_loss"], rel=1e-6, abs=1e-9)
+
+
+def test_imitation_update_is_split_invariant(spy):
+    # λ = 1: micro-batches of 1, 2 and 4 of the six rows give the full minibatch's gradient
+    agent = make_agent()
+    rows = imitation_rows(agent)
+    norms = [update_learner(agent, [copy.deepcopy(rows)], ALGORITHMS.get("imitation"), SETTINGS,
+                            micro_batch_size=micro, grad_clip=1e9)["grad_norm"] for micro in (64, 1, 2, 4)]
+    assert norms[0] > 1e-3
+    assert norms[1:] == pytest.approx([norms[0]] * 3, rel=1e-6)
+
+
+def test_imitation_makes_hacpos_optimizer_steps_on_hacpos_rows(tmp_path, spy):
+    # tiny-test: B = 4, G = 4, 2 agents → per learner 32 rows in minibatches of one prompt (8 rows): 4 optimizer
+    # steps per learner, each one loss call (micro-batch 64), for hacpo and imitation alike
+    for name in ("hacpo", "imitation"):
+        cfg = load_config("tiny-test", overrides=[f"algorithm.name={name}"])
+        algo = ALGORITHMS.get(name)
+        d = derive(cfg, shares_pool=algo.shares_pool, rollout_multiplier=algo.rollout_multiplier, needs_groups=True)
+        assert (d.rows_per_prompt, d.minibatch_size, d.num_minibatches) == (8, 8, 4), name
+    run_trainer(tmp_path, ["algorithm.name=hacpo"])
+    hacpo = list(spy)
+    spy.clear()
+    run_trainer(tmp_path, ["algorithm.name=imitation"])
+    assert {c.loss for c in spy} == {"imitation"} and {c.loss for c in hacpo} == {"hacpo"}
+    assert len(spy) == len(hacpo) == 8  # 2 learners × 4 optimizer steps
+    assert [c.inputs.logp_BT.shape[0] for c in spy] == [c.inputs.logp_BT.shape[0] for c in hacpo] == [8] * 8
+
+
+def test_imitation_coef_reaches_the_loss(tmp_path, spy):
+    run_trainer(tmp_path, ["algorithm.name=imitation", "algorithm.imitation_coef=0.25"])
+    assert spy and {c.settings["imitation_coef"] for c in spy} == {0.25}

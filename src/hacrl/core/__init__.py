@@ -17,8 +17,10 @@ from hacrl.core.losses import (
     grpo_loss,
     gspo_loss,
     hacpo_loss,
+    imitation_loss,
     kl_k3,
     sequence_log_ratio,
+    sequence_nll,
     stepwise_lower_bound,
     stepwise_tightened,
 )
@@ -36,10 +38,12 @@ __all__ = [
     "gspo_loss",
     "hacpo_advantages",
     "hacpo_loss",
+    "imitation_loss",
     "kl_k3",
     "omega_matrix",
     "selected_logprobs",
     "sequence_log_ratio",
+    "sequence_nll",
     "stepwise_lower_bound",
     "stepwise_tightened",
 ]

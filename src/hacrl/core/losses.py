@@ -1,10 +1,10 @@
-"""Policy losses: HACPO (paper Appendix E), GSPO and GRPO baselines, and the reference KL term.
+"""Policy losses: HACPO (paper Appendix E), the GSPO, GRPO and imitation baselines, and the reference KL term.
 
 Every entry of ``POLICY_LOSSES`` has one signature (``PolicyLoss``): a ``LossInputs`` holding the rows'
 tensors (the learner's current token log-probs in its own tokenization, the answer mask, π_old, advantages,
-which rows are the learner's own, ω, the reference's log-probs) and the same keyword settings, so the learner
-calls whichever the algorithm names without knowing which it is. GSPO is HACPO's loss with every row own,
-computed by the same code. Each loss computes in float32 whatever the input dtype and returns
+which rows are the learner's own, ω, which rows to imitate, the reference's log-probs) and the same keyword
+settings, so the learner calls whichever the algorithm names without knowing which it is. GSPO is HACPO's
+loss with every row own, computed by the same code. Each loss computes in float32 whatever the input dtype and returns
 ``(loss, metrics)``: a scalar to minimise and a dict of detached tensors (no ``.item()``). The loss is
 the negative mean over the minibatch's sequences, so a minibatch split into micro-batches whose losses
 are weighted by their share of sequences gives exactly the full minibatch's gradient.
@@ -46,6 +46,11 @@ class LossInputs:
         old_logp_BT: float[B, T], rollout-time token log-probs under the answer tokens (own answers only).
             Needed by the token-level loss (grpo).
         ref_logp_BT: float[B, T], reference-model log-probs for the KL term, or None (no KL term).
+        imitate_B: bool[B], other agents' answers the imitation loss learns from (verified correct); None: none.
+        own_share, imitate_share: when these rows are a micro-batch of a minibatch, the share of the
+            minibatch's rows that are own (``own_B``) / imitated (``imitate_B``), so a loss that averages over
+            those subsets divides by the minibatch's counts (share × these rows' number); None: these rows are
+            the whole minibatch. Only the imitation loss reads them.
     """
 
     logp_BT: Tensor
@@ -56,6 +61,9 @@ class LossInputs:
     omega_B: Tensor | None = None
     old_logp_BT: Tensor | None = None
     ref_logp_BT: Tensor | None = None
+    imitate_B: Tensor | None = None
+    own_share: float | None = None
+    imitate_share: float | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.logp_BT.shape)
@@ -63,7 +71,7 @@ class LossInputs:
             raise ValueError(f"logp and mask must be [B, T] of one shape, got {shape} and {tuple(self.mask_BT.shape)}")
         if shape[0] == 0:
             raise ValueError("empty minibatch: logp has no sequences")
-        for name in ("advantages_B", "old_logp_mean_B", "own_B", "omega_B"):
+        for name in ("advantages_B", "old_logp_mean_B", "own_B", "omega_B", "imitate_B"):
             t = getattr(self, name)
             if t is not None and tuple(t.shape) != shape[:1]:
                 raise ValueError(f"{name} must be [{shape[0]}], got {tuple(t.shape)}")
@@ -71,15 +79,20 @@ class LossInputs:
             t = getattr(self, name)
             if t is not None and tuple(t.shape) != shape:
                 raise ValueError(f"{name} must match logp's shape {shape}, got {tuple(t.shape)}")
+        for name in ("own_share", "imitate_share"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must be a share in [0, 1], got {v}")
 
 
 class PolicyLoss(Protocol):
     """The one signature of every ``POLICY_LOSSES`` entry: the rows, then keyword settings (a loss ignores
-    the settings of answers it has none of: gspo and grpo treat every row as the learner's own)."""
+    the settings of answers it has none of: gspo and grpo treat every row as the learner's own, and only the
+    imitation loss reads ``imitation_coef``)."""
 
     def __call__(self, inputs: LossInputs, *, clip_low: float, clip_high: float, alpha: float = 1.0,
                  cross_lower: float | Tensor = 0.8, cross_clip: bool = True, max_log_ratio: float = 10.0,
-                 kl_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]: ...
+                 kl_coef: float = 0.0, imitation_coef: float = 1.0) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -185,6 +198,7 @@ def hacpo_loss(
     cross_clip: bool = True,
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
+    imitation_coef: float = 1.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """HACPO loss for one learner over a minibatch of its own and other agents' answers (App. E).
 
@@ -272,6 +286,7 @@ def gspo_loss(
     cross_clip: bool = True,
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
+    imitation_coef: float = 1.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: ``hacpo_loss`` with every row the learner's own, so the sequence ratio
     s_i = exp(mean log π_θ − old mean) enters the symmetric clipped surrogate for every answer, and the KL
@@ -297,6 +312,7 @@ def grpo_loss(
     cross_clip: bool = True,
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
+    imitation_coef: float = 1.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO with DAPO's clip-higher: token-level ratios r_t = π_θ(y_t)/π_old(y_t), clipped surrogate
     min(r_t A, clip(r_t, 1−ε_l, 1+ε_h) A), aggregated seq-mean-token-mean (DAPO's radii are 0.2 / 0.28).
@@ -327,3 +343,90 @@ def grpo_loss(
         "count/empty": (~nonempty_B).sum(),
     }
     return pg_loss + kl_penalty, metrics
+
+
+def _subset_mean(total: Tensor, sel_B: Tensor, share: float | None) -> Tensor:
+    """``total`` (a sum over the rows ``sel_B`` marks) divided by the number of such rows in the whole
+    minibatch: ``share`` × these rows' number when they are a micro-batch of it, else ``sel_B``'s count here;
+    0 when there are none. So micro-batches weighted by their share of rows sum to the minibatch's mean."""
+    n = sel_B.float().sum() if share is None else total.new_tensor(share * sel_B.shape[0])
+    return torch.where(n > 0, total / n.clamp_min(1e-12), torch.zeros_like(total))
+
+
+def sequence_nll(logp_BT: Tensor, mask_BT: Tensor) -> Tensor:
+    """float32[B]: each sequence's token-mean negative log-likelihood −(1/L_i) Σ_t log π_θ(y_i,t); 0 without
+    answer tokens (padding may hold -inf or NaN)."""
+    m_BT = mask_BT.bool()
+    return -torch.where(m_BT, logp_BT.float(), 0.0).sum(-1) / m_BT.sum(-1).clamp_min(1)
+
+
+@POLICY_LOSSES.register("imitation")
+def imitation_loss(
+    inputs: LossInputs,
+    *,
+    clip_low: float,
+    clip_high: float,
+    alpha: float = 1.0,
+    cross_lower: float | Tensor = 0.8,
+    cross_clip: bool = True,
+    max_log_ratio: float = 10.0,
+    kl_coef: float = 0.0,
+    imitation_coef: float = 1.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The imitation baseline ("just distil the partner"): GSPO on the learner's own answers plus a supervised
+    term on the other agents' verified-correct answers (``inputs.imitate_B``), λ = ``imitation_coef``.
+
+    loss = GSPO_own + λ · NLL_cross, over the minibatch the rows belong to:
+        GSPO_own  = −(1/n_own) Σ_{own i} J_i + β·(1/n_own) Σ_{own i} KL_i,  J_i = min(s_i A_i, clip(s_i, 1−ε_l, 1+ε_h) A_i)
+        NLL_cross = (1/n_imit) Σ_{imitated i} −(1/L_i) Σ_t log π_θ(y_i,t)   (L_i: the answer's tokens in the learner's
+                    tokenization)
+    n_own, n_imit: the minibatch's own and imitated rows (``own_share`` / ``imitate_share`` × these rows when they
+    are a micro-batch of it, see ``LossInputs``), so each term is a mean over its own rows and micro-batches
+    weighted by their share of the minibatch's rows add up to it exactly. Rows that are neither (other agents'
+    answers not imitated) contribute nothing; with λ = 0 the loss is ``gspo_loss`` on the own rows alone. An
+    answer without tokens counts in its n and contributes 0. ω, α and the cross window have no effect.
+
+    Needs ``old_logp_mean_B`` and ``own_B``; ``imitate_B`` None imitates nothing (own rows are never imitated).
+    """
+    if inputs.old_logp_mean_B is None:
+        raise ValueError("imitation needs old_logp_mean_B, the rollout-time mean token log-prob of each row")
+    if inputs.own_B is None:
+        raise ValueError("imitation needs own_B: which rows are the learner's own (GSPO) and which other agents'")
+    if not imitation_coef >= 0.0:
+        raise ValueError(f"imitation_coef must be >= 0, got {imitation_coef}")
+    logp, mask = inputs.logp_BT, inputs.mask_BT
+    adv_B = inputs.advantages_B.float()
+    own_B = inputs.own_B.bool()
+    imit_B = (inputs.imitate_B.bool() & ~own_B) if inputs.imitate_B is not None else torch.zeros_like(own_B)
+    log_ratio_B, nonempty_B = sequence_log_ratio(logp, mask, inputs.old_logp_mean_B, max_log_ratio=max_log_ratio)
+    s_B = torch.exp(log_ratio_B)
+
+    # GSPO on own answers (eqs. 47-49), a mean over the minibatch's own rows
+    own_obj_B, own_clipped_B = _own_objective(s_B, adv_B, clip_low, clip_high)
+    own_obj_B = torch.where(own_B & nonempty_B, own_obj_B, torch.zeros_like(own_obj_B))
+    pg_loss = -_subset_mean(own_obj_B.sum(), own_B, inputs.own_share)
+    kl_sum_over_b, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, own_B & nonempty_B)
+    kl_penalty = _subset_mean(kl_sum_over_b * logp.shape[0], own_B, inputs.own_share)
+
+    # NLL_cross: token-mean NLL of each imitated answer, a mean over the minibatch's imitated rows
+    nll_B = sequence_nll(logp, mask)
+    nll_loss = _subset_mean(torch.where(imit_B, nll_B, torch.zeros_like(nll_B)).sum(), imit_B, inputs.imitate_share)
+
+    cross_B = ~own_B & nonempty_B
+    imitated_B = imit_B & nonempty_B
+    metrics = {
+        "pg_loss": pg_loss.detach(),
+        "kl": kl_mean,
+        "self/ratio_mean": _masked_mean(s_B.detach(), own_B & nonempty_B),
+        "self/clip_frac": _masked_mean(own_clipped_B, own_B & nonempty_B),
+        "imitation/nll": _masked_mean(nll_B.detach(), imitated_B),
+        "cross/imitated_frac": _masked_mean(imitated_B, cross_B),
+        "count/own": (own_B & nonempty_B).sum(),
+        "count/cross": cross_B.sum(),
+        "count/imitated": imitated_B.sum(),
+        "count/empty": (~nonempty_B).sum(),
+    }
+    loss = pg_loss + kl_penalty
+    if imitation_coef != 0.0:  # λ = 0 is gspo exactly, even where an NLL is not finite
+        loss = loss + imitation_coef * nll_loss
+    return loss, metrics

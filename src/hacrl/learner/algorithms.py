@@ -6,7 +6,11 @@
 | gspo            | G per agent, private  | own G                                                   |
 | gspo2x          | 2G per agent, private | own 2G (the paper's GSPO×2: same updates as hacpo, N=2) |
 | gspo-x<N>       | N·G per agent, private| own N·G: the rollouts and updates of hacpo with N agents |
-| naive           | G per agent, shared   | the joint pool, plain GSPO, no corrections              |
+| naive           | G per agent, shared   | the joint pool, plain GSPO, no corrections (the         |
+|                 |                       | joint-pool baseline)                                    |
+| imitation       | G per agent, shared   | own G with GSPO (own-group advantage) + λ·NLL of the    |
+|                 |                       | others' verified-correct answers (the distillation      |
+|                 |                       | baseline; λ = ``algorithm.imitation_coef``)             |
 | grpo            | G per agent, private  | own G, token-level ratio (default ε 0.2 / 0.28)         |
 | hacpo-noadv     | as hacpo              | plain joint-mean baseline (the paper's "−Adv")          |
 | hacpo-noomega   | as hacpo              | ω = 1 in the update, kept in the baseline ("−ω")        |
@@ -17,7 +21,9 @@
 
 With the default minibatch (B·G/2 sequences, in whole prompt groups), a learner's optimizer steps per
 training step depend only on its answers per prompt: N·G for hacpo with N agents and for gspo-x<N> alike
-(2N steps when 2N divides B), G for gspo (2 steps). So the baseline that matches N-agent hacpo's rollouts
+(2N steps when 2N divides B), G for gspo (2 steps). naive and imitation train on hacpo's rows in hacpo's
+minibatches (an other agent's answer that imitation does not imitate still sits in its minibatch, contributing
+nothing), so they make as many optimizer steps as hacpo. So the baseline that matches N-agent hacpo's rollouts
 per agent *and* updates is gspo-x<N> (gspo2x for N = 2, the paper's); gspo matches its rollouts only.
 
 Every loss of ``hacrl.core.POLICY_LOSSES`` takes the same inputs and settings; ``cross_as_own`` and
@@ -36,8 +42,10 @@ from hacrl.registry import Registry
 class Algorithm:
     name: str
     shares_pool: bool  # learners see the other agents' answers
-    advantage: str  # "hacpo" (capability-aware, per learner) or "group" (plain, over what the learner sees)
-    loss: str  # "hacpo", "gspo" or "grpo" (hacrl.core.POLICY_LOSSES)
+    # "hacpo" (capability-aware, per learner), "group" (plain, over what the learner sees) or "own" (plain, over
+    # the learner's own answers; 0 on the others')
+    advantage: str
+    loss: str  # "hacpo", "gspo", "grpo" or "imitation" (hacrl.core.POLICY_LOSSES)
     rollout_multiplier: int = 1
     capability_aware: bool = True
     use_omega: bool = True
@@ -57,6 +65,7 @@ for _algo in (
     Algorithm("gspo2x", shares_pool=False, advantage="group", loss="gspo", rollout_multiplier=2),
     Algorithm("naive", shares_pool=True, advantage="group", loss="gspo", cross_as_own=True),
     Algorithm("grpo", shares_pool=False, advantage="group", loss="grpo", token_level=True),
+    Algorithm("imitation", shares_pool=True, advantage="own", loss="imitation", use_omega=False),
     Algorithm("hacpo-noadv", shares_pool=True, advantage="hacpo", loss="hacpo", capability_aware=False),
     Algorithm("hacpo-noomega", shares_pool=True, advantage="hacpo", loss="hacpo", use_omega=False),
     Algorithm("hacpo-alpha0", shares_pool=True, advantage="hacpo", loss="hacpo", alpha_zero=True),

@@ -4,6 +4,10 @@ updates. The formulas live in ``hacrl.core``; this module only arranges tensors 
 Minibatches hold whole prompt groups (a prompt's own and cross answers together), taken in a seeded
 random prompt order, so every optimizer step mixes own and other agents' answers in the pool's
 proportion; minibatch m gets the stepwise cross bound ℓ_m (paper eq. 14, index restarting each step).
+
+A verified-correct answer (the imitation baseline's targets) is one whose reward reaches ``CORRECT_REWARD`` = 1,
+a task's full reward, the same threshold as the trainer's accuracy: with partial-credit rewards in [0, 1] only
+full-credit answers count.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from hacrl.core import (
 from hacrl.learner.algorithms import Algorithm
 from hacrl.learner.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
 from hacrl.pool import TrajectoryPool
+
+CORRECT_REWARD = 1.0  # a verified-correct answer has the task's full reward (as the trainer's accuracy counts)
 
 
 @dataclass
@@ -81,12 +87,30 @@ def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_
     if algo.advantage == "hacpo":
         adv_B = hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, capability=capability_N,
                                  capability_aware=algo.capability_aware)
+    elif algo.advantage == "own":  # GSPO's group advantage over the learner's own answers; 0 on the others'
+        own_B = sources_B == learner
+        adv_B = torch.zeros(len(rows))
+        adv_B[own_B] = group_advantages(rewards_B[own_B], groups_B[own_B])
     else:
         adv_B = group_advantages(rewards_B, groups_B)
     # ω^(source, learner) scales a cross answer's update (eq. 10)
     omega_B = omega_NN[sources_B, learner] if algo.use_omega else torch.ones(len(rows))
     for row, a, w in zip(rows, adv_B.tolist(), omega_B.tolist(), strict=True):
         row.advantage, row.omega = a, (1.0 if row.is_own else w)
+
+
+def imitated(row: ViewRow) -> bool:
+    """Whether the imitation loss learns from this row: another agent's answer, verified correct (reward ≥
+    ``CORRECT_REWARD``) and whole in the learner's tokens (one cut at the learner's answer limit is not the
+    text that was verified)."""
+    return not row.is_own and row.reward >= CORRECT_REWARD and not row.truncated
+
+
+def row_shares(mb: list[ViewRow], algo: Algorithm) -> tuple[float, float]:
+    """The shares of a minibatch's rows that train as own answers and that are imitated (``LossInputs``'
+    ``own_share`` / ``imitate_share`` of its micro-batches)."""
+    n = max(len(mb), 1)
+    return sum(r.is_own or algo.cross_as_own for r in mb) / n, sum(imitated(r) for r in mb) / n
 
 
 def minibatches(rows: list[ViewRow], minibatch_size: int, rows_per_prompt: int, seed: int) -> list[list[ViewRow]]:
@@ -118,6 +142,7 @@ class LossSettings:
     delta_step: float
     max_log_ratio: float
     kl_coef: float
+    imitation_coef: float  # λ of the imitation loss (``algorithm.imitation_coef``); no default: every caller says it
 
 
 def loss_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[float] | None = None) -> dict[str, Any]:
@@ -130,7 +155,7 @@ def loss_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[flo
         torch.tensor([stepwise_tightened(x, index, delta_step=s.delta_step) for x in lower0]))
     return {"clip_low": s.clip_low, "clip_high": s.clip_high, "alpha": 0.0 if algo.alpha_zero else s.alpha,
             "cross_lower": lower, "cross_clip": algo.cross_clip, "max_log_ratio": s.max_log_ratio,
-            "kl_coef": s.kl_coef}
+            "kl_coef": s.kl_coef, "imitation_coef": s.imitation_coef}
 
 
 def _old_token_logps(rows: list[ViewRow], answer_mask_BT: Tensor) -> Tensor:
@@ -145,9 +170,11 @@ def _old_token_logps(rows: list[ViewRow], answer_mask_BT: Tensor) -> Tensor:
 
 
 def loss_inputs(micro: list[ViewRow], algo: Algorithm, logp_BT: Tensor, answer_mask_BT: Tensor,
-                ref_BT: Tensor | None) -> LossInputs:
-    """The policy loss's view of a micro-batch: its rows' tensors on the log-probs' device."""
+                ref_BT: Tensor | None, shares: tuple[float, float] | None = None) -> LossInputs:
+    """The policy loss's view of a micro-batch: its rows' tensors on the log-probs' device. ``shares``: its
+    minibatch's ``row_shares`` (None: the micro-batch is the whole minibatch)."""
     device = logp_BT.device
+    own_share, imitate_share = shares if shares is not None else (None, None)
     return LossInputs(
         logp_BT=logp_BT,
         mask_BT=answer_mask_BT.to(device),
@@ -157,6 +184,9 @@ def loss_inputs(micro: list[ViewRow], algo: Algorithm, logp_BT: Tensor, answer_m
         omega_B=torch.tensor([r.omega for r in micro], device=device),
         old_logp_BT=_old_token_logps(micro, answer_mask_BT).to(device) if algo.token_level else None,
         ref_logp_BT=ref_BT,
+        imitate_B=torch.tensor([imitated(r) for r in micro], device=device),
+        own_share=own_share,
+        imitate_share=imitate_share,
     )
 
 
@@ -196,6 +226,7 @@ def update_learner(
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = loss_settings(algo, settings, m)
+        shares = row_shares(mb, algo)
         starts = list(range(0, len(mb), micro_batch_size))
         # sharded: every rank runs as many passes (forward and backward are collectives); a rank short of
         # a micro-batch repeats its first one with weight 0 (a padding pass, metrics dropped)
@@ -211,7 +242,7 @@ def update_learner(
             ref_rows = ([r.is_own or algo.cross_as_own or sharded for r in micro] if use_ref else
                         [False] * len(micro))
             logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, ref_rows, clock)
-            inputs = loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT)
+            inputs = loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT, shares)
             if cross_lower0 is not None:  # each row's bound: its source's ℓ_0, tightened as ℓ_m
                 kwargs = loss_settings(algo, settings, m, [cross_lower0[r.source] for r in micro])
             if observed_ratios is not None and not pad:
@@ -333,14 +364,16 @@ def _merge_across(totals: dict, weights: dict, group: Any) -> tuple[dict, dict]:
 def _accumulate(totals: dict, weights: dict, metrics: dict[str, Tensor], n: int) -> None:
     own = float(metrics.get("count/own", torch.tensor(0)))
     cross = float(metrics.get("count/cross", torch.tensor(0)))
+    imitated_n = float(metrics.get("count/imitated", torch.tensor(0)))
     for key, value in metrics.items():
         v = float(value)
         if key.startswith("count/"):
             totals[key] += v
             weights[key] = 1.0
             continue
-        # self/* metrics are means over own answers, cross/* over cross answers: weight accordingly
-        w = own if key.startswith("self/") else cross if key.startswith("cross/") else n
+        # self/* metrics are means over own answers, cross/* over cross answers, imitation/* over imitated ones
+        w = (own if key.startswith("self/") else cross if key.startswith("cross/")
+             else imitated_n if key.startswith("imitation/") else n)
         if w > 0:
             totals[key] += v * w
             weights[key] += w
