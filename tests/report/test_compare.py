@@ -186,12 +186,13 @@ def test_comparison_writes_every_table_and_plot(comparison):
                    "hacrl compare --preset tiny-test --algos hacpo,gspo --seeds 2",
                    "| steps | 2 ", "| seeds | 0, 1 ",
                    "## Held-out accuracy", "### qwen-char", "### llama-bpe",
-                   ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | rollouts / run "
-                    "| optimizer updates / run | wall s / run |"),
+                   ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | 95% interval vs gspo "
+                    "| rollouts / run | optimizer updates / run | wall s / run |"),
+                   "## Answer", "| qwen-char | hacpo | gspo | greedy | ", "*The interval*: a paired bootstrap",
                    "## Cost per run", "## Collaboration diagnostics", "| hacpo | qwen-char |",
                    "| hacpo | llama-bpe |",
                    "## Reading", "fell inside the clip window", "## Runs", "| gspo | 1 | trained |",
-                   "![qwen-char accuracy](plots/accuracy-qwen-char.png)", "![ω over time](plots/omega.png)"):
+                   "![qwen-char learning curves](plots/curve-qwen-char.png)", "![ω over time](plots/omega.png)"):
         assert needle in text, needle
     # rollouts per agent per run = steps × batch × G × multiplier = 2 × 4 × 4 × 1 = 32.
     # updates per run = steps × (rows per step / minibatch size), minibatch = B·G/2 = 8 sequences:
@@ -201,13 +202,18 @@ def test_comparison_writes_every_table_and_plot(comparison):
     gspo_row = next(line for line in text.splitlines()
                     if line.startswith("| gspo | ") and "| — | — |" in line)
     assert "| 32 | 4 |" in gspo_row
-    for name in ("accuracy-qwen-char.png", "accuracy-llama-bpe.png", "omega.png", "cross-window.png"):
+    for name in ("curve-qwen-char.png", "curve-llama-bpe.png", "omega.png", "cross-window.png"):
         data = (out / "plots" / name).read_bytes()
         assert len(data) > 1000 and data.startswith(PNG_MAGIC), name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["algorithms"] == ["hacpo", "gspo"] and summary["seeds"] == [0, 1]
     st = summary["results"]["qwen-char"]["hacpo"]["vs"]["gspo"]
     assert set(st) >= {"mean", "sd", "se", "t", "p", "n"} and st["n"] == 2
+    # the runs wrote per-problem records: a paired interval over 2 seeds × the 20 held-out problems
+    assert st["interval"]["pairs"] == 40 and st["interval"]["pairs_by_seed"] == [20, 20]
+    assert st["interval"]["lo"] <= st["interval"]["mean"] <= st["interval"]["hi"]
+    assert summary["runs_with_problem_records"] == 4
+    assert summary["results"]["qwen-char"]["hacpo"]["curve"]["answers"] == [0, 16, 32]
     assert "hacpo" in summary["diagnostics"] and "gspo" not in summary["diagnostics"]
     assert 0.0 <= summary["diagnostics"]["hacpo"]["qwen-char"]["in_window_frac"] <= 1.0
 
@@ -319,7 +325,7 @@ def test_finished_runs_without_checkpoints_are_reused_and_never_deleted(comparis
 
     # asked for more steps, a run without checkpoints cannot be extended: refused, and nothing is deleted
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".hacrl.lock"}
-    with pytest.raises(ConfigError, match=r"finished at 2 steps and its checkpoints were removed.*"
+    with pytest.raises(ConfigError, match=r"finished at step 2 and its checkpoints were removed.*"
                                           r"trainer\.steps=3"):
         run_comparison("tiny-test", ALGOS, SEEDS, [*_overrides(tiny_models), "trainer.steps=3"], out,
                        log=lambda line: None)

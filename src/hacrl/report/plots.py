@@ -1,4 +1,5 @@
-"""The plots of ``hacrl compare``: accuracy per agent, ω per agent pair, cross answers inside the window.
+"""The plots of ``hacrl compare``: learning curves per agent (held-out accuracy against steps and against
+answers generated), ω per agent pair, cross answers inside the window.
 
 matplotlib is optional and imported inside :func:`write_plots`; without it no plot is written.
 """
@@ -10,7 +11,7 @@ from typing import Any
 
 
 def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
-    """accuracy-<agent>.png, omega.png, cross-window.png; [] when matplotlib is not installed."""
+    """curve-<agent>.png, omega.png, cross-window.png; [] when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -24,10 +25,11 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
     colors = {a: f"C{i}" for i, a in enumerate(algos)}
 
     def band(ax: Any, curve: dict[str, list], label: str, color: str, lo: float | None = None,
-             hi: float | None = None) -> None:
+             hi: float | None = None, x: str = "steps") -> None:
+        """The mean over seeds against ``curve[x]``, with a band of ± one sd over seeds (clipped to [lo, hi])."""
         if not curve["steps"]:
             return
-        ax.plot(curve["steps"], curve["mean"], marker="o", ms=3, label=label, color=color)
+        ax.plot(curve[x], curve["mean"], marker="o", ms=3, label=label, color=color)
         if any(sd is not None for sd in curve["sd"]):
             low = [m - (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
             high = [m + (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
@@ -35,7 +37,7 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
                 low = [max(lo, v) for v in low]
             if hi is not None:
                 high = [min(hi, v) for v in high]
-            ax.fill_between(curve["steps"], low, high, alpha=0.2, color=color, linewidth=0)
+            ax.fill_between(curve[x], low, high, alpha=0.2, color=color, linewidth=0)
 
     from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator, ScalarFormatter
 
@@ -47,20 +49,23 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
 
     n_seeds = len(summary["seeds"])
     for agent, per_algo in summary["results"].items():
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for algo in algos:
-            band(ax, per_algo[algo]["curve"], algo, colors[algo], 0.0, 1.0)
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
         values = [v for algo in algos for v in per_algo[algo]["curve"]["mean"] if v is not None]
-        if values and max(values) - min(values) < 1e-9:  # flat curves: show the whole [0, 1] range
-            ax.set_ylim(-0.02, 1.02)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("training step")
-        ax.set_ylabel("held-out greedy accuracy")
-        ax.set_title(f"{agent}: mean over {n_seeds} seed{'s' if n_seeds != 1 else ''}"
-                     + (" (band ± sd)" if n_seeds > 1 else ""))
-        ax.grid(alpha=0.3)
-        ax.legend()
-        written.append(_save(fig, plots_dir / f"accuracy-{agent}.png"))
+        for ax, x, xlabel in ((axes[0], "steps", "training step"),
+                              (axes[1], "answers", f"answers {agent} generated in training")):
+            for algo in algos:
+                if x in per_algo[algo]["curve"]:  # a summary from before the cost axis has steps only
+                    band(ax, per_algo[algo]["curve"], algo, colors[algo], 0.0, 1.0, x=x)
+            if values and max(values) - min(values) < 1e-9:  # flat curves: show the whole [0, 1] range
+                ax.set_ylim(-0.02, 1.02)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel(xlabel)
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("held-out greedy accuracy")
+        axes[0].legend()
+        fig.suptitle(f"{agent}: mean over {n_seeds} seed{'s' if n_seeds != 1 else ''}"
+                     + (" (band ± sd)" if n_seeds > 1 else ""), fontsize=10)
+        written.append(_save(fig, plots_dir / f"curve-{agent}.png"))
 
     diag = summary["diagnostics"]
     if diag:
@@ -77,7 +82,8 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
             ax.yaxis.set_minor_locator(NullLocator())
             small_panel(ax, f"ω({a}→{o})")
         axes[0][0].set_ylabel("ω = capability ratio")
-        axes[0][0].legend(fontsize=8)
+        if axes[0][0].get_legend_handles_labels()[0]:  # runs that logged no ω draw no line
+            axes[0][0].legend(fontsize=8)
         written.append(_save(fig, plots_dir / "omega.png"))
 
         logged = [(algo, d) for algo, d in diag.items()

@@ -1,4 +1,7 @@
-"""report.md of ``hacrl compare``: the summary (see :mod:`hacrl.report.summary`) as Markdown tables."""
+"""report.md of ``hacrl compare``: the summary (see :mod:`hacrl.report.summary`) as Markdown tables.
+
+The report opens with the answer (every algorithm against every baseline: Δ, its 95% paired interval and what
+it supports), then the details: configuration, learning curves and accuracy tables, cost, diagnostics."""
 
 from __future__ import annotations
 
@@ -31,11 +34,80 @@ def _delta_cells(st: dict[str, Any] | None) -> tuple[str, str]:
     return f"{st['mean']:+.3f} ± {st['se']:.3f}", p
 
 
+def _interval_cell(st: dict[str, Any] | None) -> str:
+    """``[lo, hi]`` of a Δ's paired interval, with ≈ where it includes 0; "—" where there is none."""
+    iv = (st or {}).get("interval")
+    if not iv:
+        return "—"
+    return f"[{iv['lo']:+.3f}, {iv['hi']:+.3f}]" + (" ≈" if iv["includes_zero"] else "")
+
+
+def _has_intervals(s: dict[str, Any]) -> bool:
+    return any(row["lo"] is not None for row in s.get("answer", []))
+
+
+MARKS = {"gain": "**gain**", "loss": "**loss**", "≈": "≈ interval includes 0", "no interval": "no interval"}
+
+
+def _answer_section(s: dict[str, Any]) -> list[str]:
+    """The answer first: one row per agent × algorithm × baseline (× measure), then how to read it and which
+    test the intervals use."""
+    rows = s.get("answer", [])
+    if not rows:
+        return []
+    n = len(s["seeds"])
+    lines = ["## Answer", "",
+             (f"Final held-out accuracy at step {s['steps']}, each algorithm minus each baseline, paired by seed"
+              f"{' and problem' if _has_intervals(s) else ''} over {n} seed{'s' if n != 1 else ''}:"), "",
+             ("| agent | algorithm | vs | measure | Δ | 95% interval | reading | t-test p (seeds) "
+              "| pairs (seeds × problems) |"),
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        interval = "—" if r["lo"] is None else f"[{r['lo']:+.3f}, {r['hi']:+.3f}]"
+        pairs = "—" if r["pairs"] is None else f"{r['pairs']} ({r['seeds']} × {r['problems']})"
+        p_t = "n/a" if r["p_t"] is None else f"{r['p_t']:.3g}"
+        lines.append(f"| {r['agent']} | {r['algorithm']} | {r['baseline']} | {r['measure']} | {r['delta']:+.3f} "
+                     f"| {interval} | {MARKS[r['mark']]} | {p_t} | {pairs} |")
+    lines.append("")
+    if not _has_intervals(s):
+        return [*lines, ("No interval: these runs have no per-problem records (eval_problems.jsonl, written "
+                         "by every evaluation since they were introduced), so Δ is the mean over seeds and only "
+                         "the t-test over seeds below tests it."), ""]
+    notes: dict[str, list[str]] = {}
+    for r in rows:
+        if r["note"]:
+            notes.setdefault(r["note"], []).append(f"{r['algorithm']} vs {r['baseline']} ({r['agent']}, "
+                                                   f"{r['measure']})")
+    lines += [f"- {', '.join(which)}: {note}" for note, which in notes.items()] + ([""] if notes else [])
+    m = s.get("interval_method", {})
+    lines += [
+        ("*Δ*: the mean over every paired (seed, problem) of this algorithm's reward minus the baseline's (for "
+         "avg@k, each problem's mean over its k samples); where there is no interval, the mean over seeds of "
+         "the final accuracies. *gain* / *loss*: the 95% interval excludes 0; *≈*: it includes 0, so the runs "
+         "do not show a difference either way (which is not evidence of no difference). *pairs*: the (seed, "
+         "problem) cells paired by problem id (a problem evaluated in only one of the two runs is left out)."),
+        "",
+        (f"*The interval*: a paired bootstrap over seeds and problems ({m.get('n_boot', 'n/a')} replicates, "
+         f"RNG seed {m.get('rng_seed', 'n/a')}; every resample enumerated when there are fewer): each replicate "
+         "draws the seeds with replacement and, once for all seeds, the held-out problems with replacement, and "
+         "takes the mean paired difference; the interval is the 2.5th–97.5th percentile of the replicates. "
+         "Why: a claim should hold on other held-out problems as well as under other seeds, so both are "
+         "resampled; pairing each problem with itself (same seed, same id) removes the problems' own "
+         "difficulty from the comparison, and no normal approximation is needed for 0/1 rewards. A t-test over "
+         "3–5 seeds uses only the seeds' totals; it stays beside the interval in the tables below. With few "
+         "seeds the seed level is resampled coarsely, so read a narrow interval with the number of seeds in "
+         "mind. summary.json also carries the bootstrap p and an exact McNemar test on the pooled discordant "
+         "pairs (which treats every (seed, problem) as independent)."),
+        "",
+    ]
+    return lines
+
+
 def _every(e: int) -> str:
     return "at the start" if not e else "every step" if e == 1 else f"every {e} steps"
 
 
-def _sampled_table(per_algo: dict[str, Any], baselines: list[str]) -> list[str]:
+def _sampled_table(per_algo: dict[str, Any], baselines: list[str], intervals: bool) -> list[str]:
     """The sampled evaluation of one agent (avg@k and pass@k, start and final), when the runs made one."""
     sampled = {algo: r["sampled"] for algo, r in per_algo.items() if r.get("sampled")}
     if not sampled:
@@ -44,14 +116,14 @@ def _sampled_table(per_algo: dict[str, Any], baselines: list[str]) -> list[str]:
     k = str(ks.pop()) if len(ks) == 1 and None not in ks else "k"
     head = ["algorithm", f"start avg@{k}", f"final avg@{k} (mean ± sd)"]
     for b in baselines:
-        head += [f"Δ avg@{k} vs {b} (± se)", f"p vs {b}"]
+        head += [f"Δ avg@{k} vs {b} (± se)", f"p vs {b}"] + ([f"95% interval vs {b}"] if intervals else [])
     head += [f"start pass@{k}", f"final pass@{k} (mean ± sd)"]
     lines = [f"Sampled at the rollout temperature, {k} answers per held-out problem:", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for algo, v in sampled.items():
         row = [algo, _pm(*v["start_avg"]), _pm(*v["final_avg"]["mean_sd"])]
         for b in baselines:
-            row += list(_delta_cells(v["vs"].get(b)))
+            row += list(_delta_cells(v["vs"].get(b))) + ([_interval_cell(v["vs"].get(b))] if intervals else [])
         row += [_pm(*v["start_pass"]), _pm(*v["final_pass"]["mean_sd"])]
         lines.append("| " + " | ".join(row) + " |")
     return [*lines, ""]
@@ -59,9 +131,11 @@ def _sampled_table(per_algo: dict[str, Any], baselines: list[str]) -> list[str]:
 
 def render_report(summary: dict[str, Any]) -> str:
     s = summary
-    lines = ["# hacrl comparison", ""]
+    lines = ["# hacrl comparison", "", "```", s["command"], "```", ""]
+    lines += _answer_section(s)
     sampled = f" and {s['eval_k']} sampled answers per problem" if s.get("eval_k") else ""
-    lines += ["## Command and configuration", "", "```", s["command"], "```", ""]
+    lines += ["## Command and configuration", ""]
+    intervals = _has_intervals(s)
     src = f"preset `{s['preset']}`" if s["preset"] else f"config `{s['config_path']}`"
     walls = [r["wall_s"] for r in s["runs"] if r["wall_s"] is not None]
     statuses = {st: sum(r["status"] == st for r in s["runs"])
@@ -86,13 +160,19 @@ def render_report(summary: dict[str, Any]) -> str:
 
     lines += ["## Held-out accuracy", ""]
     plots = set(s.get("plots", []))
+    n = len(s["seeds"])
     for agent, per_algo in s["results"].items():
         lines += [f"### {agent}", ""]
-        if f"plots/accuracy-{agent}.png" in plots:
-            lines += [f"![{agent} accuracy](plots/accuracy-{agent}.png)", ""]
+        if f"plots/curve-{agent}.png" in plots:
+            lines += [f"![{agent} learning curves](plots/curve-{agent}.png)", "",
+                      (f"Held-out greedy accuracy at every evaluation, mean over {n} seed{'s' if n != 1 else ''}"
+                       f"{' (band: ± sd over seeds)' if n > 1 else ''}, against the training step (left) and "
+                       f"against the answers {agent} generated in training (right: step × batch × G × the "
+                       f"algorithm's rollout multiplier). Numbers: summary.json, "
+                       f"`results.{agent}.<algo>.curve`."), ""]
         head = ["algorithm", "start", "final (mean ± sd)"]
         for b in s["baselines"]:
-            head += [f"Δ vs {b} (± se)", f"p vs {b}"]
+            head += [f"Δ vs {b} (± se)", f"p vs {b}"] + ([f"95% interval vs {b}"] if intervals else [])
         head += ["rollouts / run", "optimizer updates / run", "wall s / run"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for algo, r in per_algo.items():
@@ -100,16 +180,17 @@ def render_report(summary: dict[str, Any]) -> str:
             row = [algo, _pm(r["start"], r["start_sd"] or None),
                    _pm(r["final"]["mean"], r["final"]["sd"])]
             for b in s["baselines"]:
-                row += list(_delta_cells(r["vs"].get(b)))
+                row += list(_delta_cells(r["vs"].get(b))) + ([_interval_cell(r["vs"].get(b))] if intervals else [])
             row += [str(r["rollouts"]), _f(r["optimizer_updates"], ".0f"), _pm(cost[0], cost[1], ".1f")]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
-        lines += _sampled_table(per_algo, s["baselines"])
-    n = len(s["seeds"])
+        lines += _sampled_table(per_algo, s["baselines"], intervals)
     lines += [
         (f"*start*: accuracy before training (step 0). *final*: at step {s['steps']}, mean ± sd over {n} "
         f"seed{'s' if n != 1 else ''}. *Δ vs b*: mean over seeds of (final − final of b with the same seed) "
-        "± its standard error; *p*: two-sided paired t-test over seeds (n/a with fewer than 2 seeds). "
+        "± its standard error; *p*: two-sided paired t-test over seeds (n/a with fewer than 2 seeds)"
+        + ("; *95% interval*: the paired bootstrap over seeds and problems of the answer above, ≈ where it "
+           "includes 0. " if intervals else ". ") +
         "*rollouts*: answers this agent generated in training (steps × batch × G × the algorithm's rollout "
         "multiplier). *optimizer updates*: this agent's optimizer steps. *wall*: the whole run (all agents), "
         "measured."),

@@ -3,7 +3,8 @@
 :func:`plan_run` decides from the directory's latest complete checkpoint and its saved config (a changed
 trajectory-relevant value is refused); :func:`execute_run` trains or resumes through the ordinary
 :class:`~hacrl.trainer.trainer.Trainer` and keeps the measured wall time in ``compare.json``;
-:func:`outputs_data` reads metrics.jsonl and eval.jsonl back for the summary.
+:func:`outputs_data` reads metrics.jsonl, eval.jsonl and (where the run wrote one) eval_problems.jsonl back
+for the summary.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import yaml
 
 from hacrl.config import Config, ConfigError, resume_conflict
 from hacrl.trainer.rundir import RunLock, has_content, remove_run
-from hacrl.trainer.sinks import read_evals, read_jsonl, read_sampled_evals
+from hacrl.trainer.sinks import read_evals, read_jsonl, read_problem_evals, read_sampled_evals
 
 logger = logging.getLogger(__name__)
 
 RUN_RECORD = "compare.json"
+PROBLEM_RECORDS = "eval_problems.jsonl"  # per-problem evaluation records (runs before them have none)
 
 
 # ---- planning and running -----------------------------------------------------------------------------
@@ -123,7 +125,7 @@ def plan_run(cfg: Config, run_dir: Path, label: str | None = None) -> RunPlan:
                           f"run directory")
     if pruned is not None:
         if pruned != steps:  # nothing to resume from, and a restart would delete a finished run
-            raise ConfigError(f"{run_dir} finished at {pruned} steps and its checkpoints were removed "
+            raise ConfigError(f"{run_dir} finished at step {pruned} and its checkpoints were removed "
                               f"(--keep-checkpoints none), so it cannot be trained to trainer.steps={steps}; "
                               f"set trainer.steps={pruned}, use another --output or delete that run directory")
         return RunPlan(algo, seed, cfg, run_dir, "reuse", None)
@@ -213,6 +215,7 @@ class RunData:
     metrics: dict[int, dict[str, Any]]
     evals: dict[tuple[int, str], float]  # greedy accuracy
     sampled: dict[tuple[int, str], dict[str, float]] = field(default_factory=dict)  # avg@k, pass@k, k
+    problems: dict[tuple[int, str], dict[str, dict[str, float]]] = field(default_factory=dict)  # see below
 
 
 def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
@@ -222,5 +225,29 @@ def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
         metrics = {s: m for s, m in _read_metrics(o.run_dir).items() if s <= steps}
         evals = {k: v for k, v in read_evals(o.run_dir).items() if k[0] <= steps}
         sampled = {k: v for k, v in read_sampled_evals(o.run_dir).items() if k[0] <= steps}
-        out.append(RunData(o.algo, o.seed, metrics, evals, sampled))
+        problems = {k: v for k, v in read_problem_records(o.run_dir).items() if k[0] <= steps}
+        out.append(RunData(o.algo, o.seed, metrics, evals, sampled, problems))
+    return out
+
+
+def read_problem_records(run_dir: Path) -> dict[tuple[int, str], dict[str, dict[str, float]]]:
+    """(step, agent) → ``{"greedy": {problem id: reward}, "sampled": {problem id: mean of its k sampled
+    rewards}}`` on the task's held-out split, from eval_problems.jsonl ("sampled" only where the run sampled;
+    benchmark records are left out). Empty for a run without the file (one from before per-problem records).
+    A record whose lists disagree in length is skipped with a warning; a repeated id keeps its last value."""
+    out: dict[tuple[int, str], dict[str, dict[str, float]]] = {}
+    path = run_dir / PROBLEM_RECORDS
+    for r in read_problem_evals(run_dir):
+        if "benchmark" in r or not isinstance(r.get("ids"), list):
+            continue
+        ids, reward, sampled = [str(i) for i in r["ids"]], r.get("reward"), r.get("sampled")
+        if not isinstance(reward, list) or len(reward) != len(ids) or (
+                sampled is not None and (not isinstance(sampled, list) or len(sampled) != len(ids))):
+            logger.warning("%s: step %s, agent %s: ids, reward and sampled differ in length; record skipped",
+                           path, r["step"], r["agent"])
+            continue
+        rec = {"greedy": {i: float(v) for i, v in zip(ids, reward, strict=True)}}
+        if sampled is not None:
+            rec["sampled"] = {i: sum(map(float, v)) / len(v) for i, v in zip(ids, sampled, strict=True) if v}
+        out[int(r["step"]), str(r["agent"])] = rec
     return out

@@ -1,8 +1,12 @@
 """The summary of ``hacrl compare``: every number of the report, and the automatic reading of them.
 
 :func:`summarize` turns the runs' metrics and evaluations into per-agent accuracy tables (with paired
-differences against the baselines), costs and collaboration diagnostics; :func:`automatic_reading`
-writes the plain-language paragraphs of the report's "Reading" section from that summary.
+differences against the baselines: the t-test over seeds and, where the runs wrote per-problem records, the
+paired bootstrap interval over seeds × problems), learning curves (against steps and answers generated),
+costs and collaboration diagnostics; :func:`answer_rows` gives the report's opening table (every algorithm
+against every baseline, with its interval and mark); :func:`automatic_reading` writes the plain-language
+paragraphs of the report's "Reading" section from that summary, claiming a gain or a loss only where the
+interval excludes 0.
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ import yaml
 from hacrl.config import Config
 from hacrl.learner.algorithms import ALGORITHMS, Algorithm, adaptive_window
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
-from hacrl.report.stats import mean_sd, paired_difference
+from hacrl.report.stats import (
+    BOOTSTRAP_B,
+    BOOTSTRAP_LEVEL,
+    BOOTSTRAP_SEED,
+    mean_sd,
+    paired_bootstrap,
+    paired_difference,
+)
 from hacrl.trainer.sinks import phase_times
 
 
@@ -26,10 +37,12 @@ def algorithm_of(label: str) -> Algorithm:
 
 
 def is_baseline(label: str) -> bool:
-    """The report's Δ columns: GSPO on private answers at any rollout multiple (gspo, gspo2x, gspo-x<N>), as
-    registered (no per-variant settings)."""
+    """The report's default Δ columns: GSPO on private answers at any rollout multiple (gspo, gspo2x,
+    gspo-x<N>) and the imitation baseline (the same shared rollouts as hacpo, the partners' verified answers
+    imitated), as registered (no per-variant settings: give a variant such as ``gspo@task.fewshot=3`` with
+    ``--baselines``)."""
     a = algorithm_of(label)
-    return "@" not in label and not a.shares_pool and a.loss == "gspo"
+    return "@" not in label and ((not a.shares_pool and a.loss == "gspo") or a.loss == "imitation")
 
 
 # ---- per-step values over runs ----------------------------------------------------------------------
@@ -126,7 +139,8 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
                 common = [s for s in seeds
                           if finals[algo].get(s) is not None and finals[b].get(s) is not None]
                 vs[b] = {**paired_difference([finals[algo][s] for s in common],
-                                             [finals[b][s] for s in common]), "seeds": common}
+                                             [finals[b][s] for s in common]), "seeds": common,
+                         **_interval(algo, b, by_algo, common, steps, agent, "greedy")}
             per_algo[algo] = {
                 "start": start_mean, "start_sd": start_sd,
                 "final": {"mean": mean, "sd": sd, "min": min(vals) if vals else None,
@@ -134,12 +148,16 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
                 "vs": vs,
                 "rollouts": steps * t.batch_size * cfg.rollout.rollouts_per_prompt * a.rollout_multiplier,
                 "optimizer_updates": mean_sd(updates)[0],
-                "curve": _series(runs, lambda d, s, agent=agent: d.evals.get((s, agent))),
+                "curve": _with_answers(_series(runs, lambda d, s, agent=agent: d.evals.get((s, agent))),
+                                       t.batch_size * cfg.rollout.rollouts_per_prompt * a.rollout_multiplier),
             }
             sampled = _sampled_of(agent, algo, by_algo, baselines, seeds, steps)
             if sampled is not None:
                 per_algo[algo]["sampled"] = sampled
         summary["results"][agent] = per_algo
+    summary["interval_method"] = INTERVAL_METHOD
+    summary["runs_with_problem_records"] = sum(bool(d.problems) for d in data)
+    summary["answer"] = answer_rows(summary)
 
     for algo in algos:
         if not algorithm_of(algo).shares_pool:
@@ -192,7 +210,8 @@ def _sampled_of(agent: str, algo: str, by_algo: dict[str, list[RunData]], baseli
             continue
         other = at(b, steps, "avg")
         common = [s for s in seeds if s in final_avg and s in other]
-        vs[b] = {**paired_difference([final_avg[s] for s in common], [other[s] for s in common]), "seeds": common}
+        vs[b] = {**paired_difference([final_avg[s] for s in common], [other[s] for s in common]), "seeds": common,
+                 **_interval(algo, b, by_algo, common, steps, agent, "sampled")}
     return {
         "k": sorted(ks)[0] if len(ks) == 1 else None,
         "start_avg": mean_sd(list(at(algo, 0, "avg").values())),
@@ -201,6 +220,85 @@ def _sampled_of(agent: str, algo: str, by_algo: dict[str, list[RunData]], baseli
         "final_pass": {"mean_sd": mean_sd(list(final_pass.values())), "by_seed": final_pass},
         "vs": vs,
     }
+
+
+INTERVAL_METHOD = {
+    "name": "paired bootstrap over seeds and problems",
+    "resampled": "seeds with replacement and, independently, problems with replacement (one draw shared by "
+                 "every seed); statistic: mean paired difference over the drawn (seed, problem) cells",
+    "pairing": "by (seed, problem id): only ids evaluated in both runs of a seed count",
+    "interval": "percentile (numpy.quantile, method inverted_cdf)", "level": BOOTSTRAP_LEVEL,
+    "n_boot": BOOTSTRAP_B, "rng_seed": BOOTSTRAP_SEED,
+    "exact": "every ordered resample enumerated instead when seeds^seeds × problems^problems ≤ n_boot",
+    "p": "two-sided bootstrap p = min(1, 2·min(share of replicates ≤ 0, share ≥ 0))",
+    "secondary": "exact McNemar test on the pooled discordant pairs (0/1 rewards only)",
+}
+
+
+def _interval(algo: str, b: str, by_algo: dict[str, list[RunData]], seeds: list[int], step: int, agent: str,
+              measure: str) -> dict[str, Any]:
+    """``{"interval": paired_bootstrap(...) or None, "interval_note": None or one line}`` for ``algo`` − ``b``
+    on ``agent`` at ``step``, from the per-problem records (``measure`` "greedy": the rewards, "sampled": each
+    problem's mean over its k samples) of the seeds in ``seeds``. No interval (and a note saying why) unless
+    every run of those seeds has the records: an interval over a subset of the seeds the t-test uses would
+    answer another question."""
+    runs = {(d.algo, d.seed): d for name in (algo, b) for d in by_algo[name]}
+    if not seeds:
+        return {"interval": None, "interval_note": None}
+    lacking = [f"{name} seed {s}" for s in seeds for name in (algo, b)
+               if measure not in runs[name, s].problems.get((step, agent), {})]
+    if len(lacking) == 2 * len(seeds):
+        return {"interval": None, "interval_note": "no interval: these runs have no per-problem records "
+                                                   "(eval_problems.jsonl)"}
+    if lacking:
+        return {"interval": None, "interval_note": f"no interval: {', '.join(lacking)} "
+                                                   f"{'has' if len(lacking) == 1 else 'have'} no per-problem "
+                                                   f"records at step {step}"}
+    st = paired_bootstrap([runs[algo, s].problems[step, agent][measure] for s in seeds],
+                          [runs[b, s].problems[step, agent][measure] for s in seeds])
+    note = None if st["pairs"] else "no interval: no problem id was evaluated in both runs of any seed"
+    return {"interval": st if st["pairs"] else None, "interval_note": note}
+
+
+def _with_answers(curve: dict[str, list], per_step: int) -> dict[str, Any]:
+    """A learning curve with its cost axis: answers this agent had generated in training by each evaluated
+    step (step × batch_size × rollouts_per_prompt × the algorithm's rollout multiplier = step × per_step)."""
+    return {**curve, "answers": [s * per_step for s in curve["steps"]], "answers_per_step": per_step}
+
+
+def mark(st: dict[str, Any] | None) -> str:
+    """The claim a Δ supports: "gain" / "loss" when its interval excludes 0, "≈" when the interval includes
+    0, "no interval" when there is none (no per-problem records)."""
+    iv = (st or {}).get("interval")
+    if not iv or iv.get("mean") is None:
+        return "no interval"
+    return "≈" if iv["includes_zero"] else "gain" if iv["lo"] > 0 else "loss"
+
+
+def answer_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's opening table: per agent, every algorithm against every baseline (two baselines once, the
+    later against the earlier), on the final greedy accuracy and, where evaluated, avg@k. Δ is the interval's
+    mean paired difference over (seed, problem) cells where there is one, else the mean over seeds."""
+    baselines, rows = summary["baselines"], []
+    for agent, per_algo in summary["results"].items():
+        for algo, r in per_algo.items():
+            for b in baselines:
+                if b == algo or (algo in baselines and baselines.index(b) > baselines.index(algo)):
+                    continue
+                k = (r.get("sampled") or {}).get("k")
+                for measure, st in (("greedy", r["vs"].get(b)),
+                                    (f"avg@{k or 'k'}", (r.get("sampled") or {}).get("vs", {}).get(b))):
+                    if st is None or st["mean"] is None:
+                        continue
+                    iv = st.get("interval")
+                    rows.append({
+                        "agent": agent, "algorithm": algo, "baseline": b, "measure": measure,
+                        "delta": iv["mean"] if iv else st["mean"], "lo": iv["lo"] if iv else None,
+                        "hi": iv["hi"] if iv else None, "mark": mark(st), "pairs": iv["pairs"] if iv else None,
+                        "problems": iv["problems"] if iv else None, "seeds": len(st["seeds"]),
+                        "p_boot": iv["p"] if iv else None, "p_t": st["p"], "note": st.get("interval_note"),
+                    })
+    return rows
 
 
 def _window_of(algo: str, outcome_of: dict, seeds: list[int], cfg: Config) -> dict[str, Any]:
@@ -288,46 +386,80 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
     results = summary["results"]
     all_same = all(len({round(r["final"]["mean"], 9) for r in per_algo.values()
                         if r["final"]["mean"] is not None}) <= 1 for per_algo in results.values())
-    n = len(summary["seeds"])
     if all_same and len(summary["algorithms"]) > 1:
         paragraphs.append("Every algorithm ended at the same held-out accuracy for every agent: the runs "
                           "were too short (or the evaluation too small) to tell the algorithms apart.")
     elif baselines:
-        clauses, significant, tested = [], [], False
-        for algo in summary["algorithms"]:
-            if algo in baselines:
-                continue
-            per_agent = []
-            for agent, per_algo in results.items():
-                cells = []
-                for b, st in per_algo[algo]["vs"].items():
-                    if st["mean"] is None:
-                        continue
-                    p = f"p = {st['p']:.2g}" if st["p"] is not None else "no test"
-                    tested |= st["p"] is not None
-                    cells.append(f"{st['mean']:+.3f} vs {b} ({p})")
-                    if st["p"] is not None and st["p"] < 0.05:
-                        significant.append(f"{algo} vs {b} on {agent} ({st['mean']:+.3f})")
-                if cells:
-                    per_agent.append(f"{agent} " + ", ".join(cells))
-            if per_agent:
-                clauses.append(f"{algo}: " + "; ".join(per_agent))
-        if clauses:
-            text = (f"Final accuracy against {' and '.join(baselines)}, paired by seed over {n} seed"
-                    f"{'s' if n != 1 else ''}. " + ". ".join(clauses) + ". ")
-            if n < 2:
-                text += "With one seed there is no test: run more seeds before reading anything into these."
-            elif not tested:
-                text += "No p-values: scipy is not installed."
-            elif significant:
-                text += "Significant at 5%: " + ", ".join(significant) + "."
-            else:
-                text += f"None of these differences is significant at 5% with {n} seeds."
-            paragraphs.append(text)
+        paragraphs.append(_accuracy_reading(summary))
     elif len(summary["algorithms"]) > 1:
         paragraphs.append("Neither gspo nor gspo2x is in the comparison, so no paired differences were "
                           "computed.")
     return [p for p in paragraphs if p]
+
+
+def _accuracy_reading(summary: dict[str, Any]) -> str:
+    """The paragraph on the final accuracy differences: every Δ with its interval (or only its t-test where
+    the runs have no per-problem records); a gain or a loss is stated only where the interval excludes 0."""
+    baselines, n = summary["baselines"], len(summary["seeds"])
+    clauses, tested = [], False
+    claims: dict[str, list[str]] = {"gain": [], "loss": [], "≈": [], "no interval": []}
+    significant: dict[str, str] = {}  # t-test p < 0.05: name → the claim as written
+    for algo in summary["algorithms"]:
+        if algo in baselines:
+            continue
+        per_agent = []
+        for agent, per_algo in summary["results"].items():
+            cells = []
+            for b, st in per_algo[algo]["vs"].items():
+                if st["mean"] is None:
+                    continue
+                p = f"p = {st['p']:.2g}" if st["p"] is not None else "no test"
+                tested |= st["p"] is not None
+                iv, what = st.get("interval"), f"{algo} vs {b} on {agent}"
+                if iv:
+                    cells.append(f"{iv['mean']:+.3f} vs {b} (95% interval [{iv['lo']:+.3f}, {iv['hi']:+.3f}]"
+                                 f"{', includes 0' if iv['includes_zero'] else ''}; t-test {p})")
+                else:
+                    cells.append(f"{st['mean']:+.3f} vs {b} ({p})")
+                claims[mark(st)].append(f"{what} ({(iv or st)['mean']:+.3f})")
+                if st["p"] is not None and st["p"] < 0.05:
+                    significant[what] = f"{what} ({st['mean']:+.3f})"
+                    if mark(st) == "≈":
+                        significant[what] += " *"  # significant by the t-test, interval includes 0
+            if cells:
+                per_agent.append(f"{agent} " + ", ".join(cells))
+        if per_agent:
+            clauses.append(f"{algo}: " + "; ".join(per_agent))
+    if not clauses:
+        return ""
+    intervals = bool(claims["gain"] or claims["loss"] or claims["≈"])
+    text = (f"Final accuracy against {' and '.join(baselines)}, paired by seed"
+            f"{' and problem' if intervals else ''} over {n} seed{'s' if n != 1 else ''}. "
+            + ". ".join(clauses) + ". ")
+    if not summary.get("runs_with_problem_records"):  # runs from before per-problem records: as they were
+        if n < 2:
+            text += "With one seed there is no test: run more seeds before reading anything into these."
+        elif not tested:
+            text += "No p-values: scipy is not installed."
+        elif significant:
+            text += "Significant at 5%: " + ", ".join(significant.values()) + "."
+        else:
+            text += f"None of these differences is significant at 5% with {n} seeds."
+        return text + " (No per-problem records, so no paired interval.)"
+    tail = [f"{word} (95% interval excludes 0): {', '.join(claims[key])}." for key, word in
+            (("gain", "Gains"), ("loss", "Losses")) if claims[key]]
+    if tail and claims["≈"]:
+        tail.append(f"Not shown either way (interval includes 0): {', '.join(claims['≈'])}.")
+    elif intervals and not tail:
+        tail.append("Every 95% interval includes 0: no gain or loss is shown.")
+    unclaimed = [c.removesuffix(" *") for c in significant.values() if c.endswith(" *")]
+    if unclaimed:
+        tail.append(f"The t-test over seeds alone gives p < 0.05 for {', '.join(unclaimed)}, but the interval "
+                    f"over seeds and problems includes 0, so it is not claimed.")
+    if claims["no interval"]:
+        tail.append(f"No interval (some runs have no per-problem records), so not claimed either way: "
+                    f"{', '.join(claims['no interval'])}.")
+    return (text + " ".join(tail)).rstrip()
 
 
 def _phase_seconds(metrics: dict) -> float:
