@@ -7,7 +7,8 @@ computed in ``derive()``, never written back into the parsed config.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hacrl.errors import InputError
+from hacrl.types import HELD_OUT_SEED
 
 
 class ConfigError(InputError):
@@ -95,7 +97,8 @@ class AgentSpec(_Section):
 class TaskConfig(_Section):
     kind: Literal["builtin", "dataset", "reasoning-gym"] = Field(
         "builtin", description="builtin procedural task, local dataset files, or a reasoning-gym generator")
-    name: str = Field("add2", description="builtin task or reasoning-gym dataset name (see `hacrl presets`)")
+    name: str = Field("add2", description="builtin task or reasoning-gym dataset name (see `hacrl presets`); "
+                      "a dataset's defaults to its file's name")
     train_path: str | None = Field(None, description="dataset: jsonl/json/parquet file, saved HF dataset dir, "
                                    "or org/name[@revision][:split] from the Hugging Face cache")
     test_path: str | None = Field(None, description="dataset: held-out file (default: a fraction of train)")
@@ -106,7 +109,12 @@ class TaskConfig(_Section):
     max_prompt_chars: int | None = Field(None, gt=0, description="longer prompts are skipped and counted")
     test_fraction: float = Field(0.05, gt=0, lt=1, description="dataset without test_path: held-out share")
     size: int = Field(10_000, ge=1, description="reasoning-gym: training items")
-    test_size: int = Field(500, ge=1, description="reasoning-gym: held-out items")
+    test_size: int = Field(500, ge=1, description="reasoning-gym: held-out problems (distinct questions)")
+    test_seed: int = Field(HELD_OUT_SEED, ge=0, description="seed of the held-out problems (reasoning-gym item "
+                           "seeds test_seed+i; a dataset's held-out fraction and order): fixed, not run.seed, so "
+                           "every seed is evaluated on the same problems")
+    fewshot: int = Field(0, ge=0, description="k worked examples in the task's answer format before every prompt, "
+                         "drawn once from the train side")
     options: dict[str, Any] = Field(default_factory=dict, description="reasoning-gym: dataset options")
     reward: str | None = Field(None, description="reward name or module:function; default: the task's verifier")
     reward_timeout_s: float | None = Field(
@@ -134,7 +142,8 @@ SEQUENCE_CLIP_DEFAULT = (3e-4, 4e-4)
 
 
 class AlgorithmConfig(_Section):
-    name: str = Field("hacpo", description="hacpo, gspo, gspo2x, gspo-x<N>, naive, grpo or a hacpo-* variant")
+    name: str = Field("hacpo", description="hacpo, gspo, gspo2x, gspo-x<N>, naive, imitation, grpo or a hacpo-* "
+                      "variant")
     # the defaults below are hacpo's; _algorithm_clip_defaults puts in the named algorithm's when they are left out
     clip_low: float = Field(SEQUENCE_CLIP_DEFAULT[0], ge=0, lt=1, description="ε_low of own-answer clipping; "
                             "default: the algorithm's, 3e-4 (GSPO, the paper), grpo 0.2")
@@ -153,6 +162,9 @@ class AlgorithmConfig(_Section):
     window_floor: float = Field(0.1, gt=0, lt=1, description="adaptive window: the lowest ℓ_0")
     window_smoothing: float = Field(0.5, gt=0, le=1, description="adaptive window: weight of the newest step in the "
                                     "geometric average of ℓ_0 across steps (1: the last step only)")
+    imitation_coef: float = Field(1.0, ge=0, description="imitation: λ of the supervised term, the mean over a "
+                                  "minibatch's verified-correct (reward >= 1) answers of other agents of their "
+                                  "token-mean NLL, added to GSPO on the learner's own answers")
 
     @model_validator(mode="before")
     @classmethod
@@ -188,6 +200,8 @@ class TrainerConfig(_Section):
     eval_benchmarks: dict[str, str] = Field(
         default_factory=dict, description="also evaluate on benchmark files, NAME: PATH (e.g. math500: data/m.jsonl), "
         "with the paper's prompt and the math reward; eval_size problems of each")
+    eval_texts: int = Field(32, ge=0, description="greedy answer texts kept per agent and suite in "
+                            "eval_problems.jsonl (those of the first N problems; rewards, lengths and EOS of all)")
     checkpoint_every: int = Field(0, ge=0, description="checkpoint every C steps (0: only at the end)")
     keep_last: int = Field(2, ge=1, description="checkpoints kept")
     log_samples: int = Field(4, ge=0, description="prompts whose answers are written to samples/ per step")
@@ -306,7 +320,11 @@ def preset_names() -> list[str]:
 def preset_text(name: str) -> str:
     f = resources.files("hacrl.presets") / f"{name}.yaml"
     if not f.is_file():
-        raise ConfigError(f"--preset {name!r} is unknown; valid: {', '.join(preset_names())}")
+        import difflib
+
+        close = difflib.get_close_matches(name, preset_names(), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"--preset {name!r} is unknown; {hint}valid: {', '.join(preset_names())}")
     return f.read_text()
 
 
@@ -359,13 +377,54 @@ def _format_error(err: ValidationError, tree: dict[str, Any] | None = None) -> s
         parts[1] = agents[parts[1]]["id"]  # agents.<id>.lr, as --set names it, not agents.0.lr
     loc = ".".join(str(x) for x in parts)
     if first["type"] == "extra_forbidden":
-        return f"config: unknown key {loc!r}; remove it or check its spelling (see `hacrl presets --show`)"
+        guess = _guess_key(list(first["loc"]))
+        prefix = ".".join(str(x) for x in parts[:-1])
+        fix = f"did you mean {guess if '.' in guess else '.'.join(filter(None, [prefix, guess]))!r}?" if guess \
+            else "remove it or check its spelling"
+        return f"config: unknown key {loc!r}; {fix} (every key: `hacrl presets --fields`)"
     if first["type"] == "missing":
         return f"config: {loc} is required"
     value = first.get("input")
     shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
     msg = first["msg"].removeprefix("Value error, ")
     return f"config: {loc}: {msg}{shown}" if loc else f"config: {msg}"
+
+
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The config section an annotation holds: ``TaskConfig``, ``list[AgentSpec]``, ``LoraSpec | None``."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, (_section_of(a) for a in typing.get_args(annotation))), None)
+
+
+def _guess_key(loc: list[Any]) -> str | None:
+    """The key an unknown one was probably meant to be: a close spelling in its own section (``step`` →
+    ``steps``), else a section holding that exact field (``trainer.delta`` → ``algorithm.delta``).
+
+    >>> _guess_key(["trainer", "step"]), _guess_key(["trainer", "delta"]), _guess_key(["agents", 0, "lrr"])
+    ('steps', 'algorithm.delta', 'lr')
+    >>> _guess_key(["trainr"]), _guess_key(["trainer", "zzz"]) is None
+    ('trainer', True)
+    """
+    import difflib
+
+    section: type[BaseModel] | None = Config
+    for part in loc[:-1]:
+        if isinstance(part, str) and section is not None:
+            field = section.model_fields.get(part)
+            section = _section_of(field.annotation) if field else None
+    if section is None or not isinstance(loc[-1], str):
+        return None
+    close = difflib.get_close_matches(loc[-1], list(section.model_fields), n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    if section is Config or len(loc) != 2:
+        return None
+    homes = [name for name, f in Config.model_fields.items()
+             if (sub := _section_of(f.annotation)) is not None and sub is not section and loc[-1] in sub.model_fields]
+    return f"{'agents.<id>' if homes[0] == 'agents' else homes[0]}.{loc[-1]}" if homes else None
 
 
 def build_config(tree: dict[str, Any]) -> Config:
@@ -378,33 +437,93 @@ def build_config(tree: dict[str, Any]) -> Config:
 def load_config(
     preset: str | None = None, path: str | Path | None = None, overrides: list[str] | None = None
 ) -> Config:
-    """Preset or YAML file (not both), then ``overrides``; validated."""
-    if preset and path:
-        raise ConfigError("give --preset or --config, not both")
+    """The preset (``tiny-model`` when neither is given), then the YAML file at ``path`` layered on it (later
+    wins: see :func:`merge_trees`), then ``overrides``; validated. A dataset task without ``task.name`` is
+    named after its file (:func:`dataset_name`), so config.yaml records the name the run goes by."""
+    tree = _read_tree(preset_text(preset or "tiny-model")) if preset or path is None else {}
     if path is not None:
-        p = Path(path)
-        if p.is_dir():
-            raise ConfigError(f"--config {p}: is a directory; give a YAML file")
-        if not p.is_file():
-            raise ConfigError(f"--config {p}: no such file")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"--config {p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                              f"{exc.start}); save the file as UTF-8") from None
-        except OSError as exc:
-            raise ConfigError(f"--config {p}: cannot be read ({exc.strerror}); check its permissions") from None
-    else:
-        text = preset_text(preset or "tiny-model")
+        tree = merge_trees(tree, _read_tree(_config_text(Path(path))))
+    for assignment in overrides or []:
+        apply_override(tree, assignment)
+    task = tree.get("task")
+    # a dataset left at no name or at the builtin default (add2, say from a preset it layers on): its file's
+    if isinstance(task, dict) and task.get("kind") == "dataset" \
+            and task.get("name") in (None, TaskConfig.model_fields["name"].default) \
+            and isinstance(task.get("train_path"), str) and task["train_path"].strip():
+        task["name"] = dataset_name(task["train_path"])
+    return build_config(tree)
+
+
+def _config_text(p: Path) -> str:
+    if p.is_dir():
+        raise ConfigError(f"--config {p}: is a directory; give a YAML file")
+    if not p.is_file():
+        raise ConfigError(f"--config {p}: no such file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config {p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                          f"{exc.start}); save the file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"--config {p}: cannot be read ({exc.strerror}); check its permissions") from None
+
+
+def _read_tree(text: str) -> dict[str, Any]:
     try:
         tree = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"config: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(tree, dict):
         raise ConfigError("config: the top level must be a mapping of sections")
-    for assignment in overrides or []:
-        apply_override(tree, assignment)
-    return build_config(tree)
+    return tree
+
+
+def merge_trees(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` layered on ``base`` (a config file on a preset): mappings merge key by key, any other value of
+    ``top`` replaces ``base``'s. ``agents`` merge by id when every agent ``top`` lists is one of ``base``'s
+    (a file that changes an agent's lr); a list naming another agent replaces the whole list.
+
+    >>> base = {"trainer": {"steps": 30, "batch_size": 16}, "agents": [{"id": "a", "lr": 1.0}, {"id": "b"}]}
+    >>> merge_trees(base, {"trainer": {"steps": 2}, "agents": [{"id": "b", "lr": 2.0}]})
+    {'trainer': {'steps': 2, 'batch_size': 16}, 'agents': [{'id': 'a', 'lr': 1.0}, {'id': 'b', 'lr': 2.0}]}
+    >>> merge_trees(base, {"agents": [{"id": "c", "model": "m"}]})["agents"]
+    [{'id': 'c', 'model': 'm'}]
+    """
+    out = dict(base)
+    for key, value in top.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            out[key] = merge_trees(old, value)
+        elif key == "agents" and isinstance(old, list) and isinstance(value, list) and value \
+                and all(isinstance(a, dict) for a in [*old, *value]) \
+                and {a.get("id") for a in value} <= {a.get("id") for a in old}:
+            by_id = {a.get("id"): a for a in value}
+            out[key] = [merge_trees(a, by_id[a.get("id")]) if a.get("id") in by_id else a for a in old]
+        else:
+            out[key] = value
+    return out
+
+
+_SPLIT_NAME = re.compile(r"(train|training|test|testing|val|valid|validation|dev|eval|data)(-\d+-of-\d+)?",
+                         re.IGNORECASE)
+
+
+def dataset_name(spec: str) -> str:
+    """The name of a dataset task that has no ``task.name``: its file's, or its folder's when the file is
+    named after its split (``train.jsonl`` says nothing); a Hub data set's repo name.
+
+    >>> dataset_name("data/gsm8k/train.jsonl"), dataset_name("~/data/gsm8k/train.parquet")
+    ('gsm8k', 'gsm8k')
+    >>> dataset_name("my_problems.jsonl"), dataset_name("openai/gsm8k@main:test"), dataset_name("gsm8k_saved/")
+    ('my_problems', 'gsm8k', 'gsm8k_saved')
+    """
+    path = Path(spec.strip()).expanduser().absolute()
+    for part in [path, *path.parents]:
+        stem = re.split("[@:]", part.name)[0]  # a Hub name's @revision and :split
+        stem = stem.removesuffix(".jsonl").removesuffix(".json").removesuffix(".parquet")
+        if stem and not _SPLIT_NAME.fullmatch(stem):
+            return stem
+    return "dataset"
 
 
 def dump_config(cfg: Config) -> str:
@@ -421,7 +540,7 @@ def dump_config(cfg: Config) -> str:
 # is field x of every agent.
 RESUME_NEUTRAL = frozenset({
     "trainer.steps", "trainer.eval_every", "trainer.eval_benchmarks", "trainer.checkpoint_every",
-    "trainer.keep_last", "trainer.log_samples", "trainer.threads", "trainer.micro_batch_size",
+    "trainer.keep_last", "trainer.log_samples", "trainer.eval_texts", "trainer.threads", "trainer.micro_batch_size",
     "run.name", "run.output_dir", "run.tensorboard", "run.loggers", "run.project", "task.reward_timeout_s",
     "backend", "agents.*.num_cpus", "agents.*.num_gpus",
 })
@@ -450,7 +569,9 @@ def _differences(section: type[BaseModel], old: dict[str, Any], new: dict[str, A
                  prefix: str) -> Iterator[tuple[str, Any, Any]]:
     for name, field in section.model_fields.items():
         key, a, b = f"{prefix}{name}", old.get(name, _MISSING), new.get(name, _MISSING)
-        if a is _MISSING and isinstance(field.default, str | int | float | bool):
+        if a is _MISSING and key in LEGACY_BEHAVIOUR and LEGACY_BEHAVIOUR[key][0](old):
+            a = LEGACY_BEHAVIOUR[key][1]  # added since the run was made, and no value of it is what the run did
+        elif a is _MISSING and isinstance(field.default, str | int | float | bool):
             a = field.default  # a setting added since the run was made: the run had its default
         generic = f"agents.*.{name}" if prefix.startswith("agents.") else key
         if a is _MISSING or b is _MISSING or generic in RESUME_NEUTRAL:
@@ -470,6 +591,14 @@ def _differences(section: type[BaseModel], old: dict[str, Any], new: dict[str, A
 
 
 _MISSING = object()
+
+# Settings added since some runs were made whose absence does not mean their default: such a run did what no
+# value of the setting reproduces, so it never continues (nor is reused by compare) under today's code. Key →
+# (does it apply to the run's section, what the run did).
+LEGACY_BEHAVIOUR: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+    "task.test_seed": (lambda task: task.get("kind", "builtin") in ("reasoning-gym", "dataset"),
+                       "none (its held-out split moved with run.seed; made before one fixed held-out set)"),
+}
 
 
 def resume_conflict(saved: dict[str, Any], new: dict[str, Any]) -> str | None:

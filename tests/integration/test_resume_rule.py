@@ -55,3 +55,20 @@ def test_train_resume_and_compare_accept_and_refuse_the_same_changes(tmp_path):
         plan_run(changed, run)
     for exc in (by_train.value, by_compare.value):
         assert f"{run} was trained with {conflict}" in str(exc)
+
+
+def test_a_run_made_before_the_fixed_held_out_set_never_continues():
+    """A reasoning-gym or dataset run whose config.yaml has no task.test_seed had a held-out split that moved
+    with run.seed: no test_seed reproduces it, so resume (and compare's reuse) refuse it; a builtin task's
+    split never depended on it, so its old runs still continue."""
+    from hacrl.config import HELD_OUT_SEED, resume_conflict
+
+    for kind in ("reasoning-gym", "dataset"):
+        msg = resume_conflict({"task": {"kind": kind, "name": "t"}},
+                              {"task": {"kind": kind, "name": "t", "test_seed": HELD_OUT_SEED}})
+        assert msg is not None and msg.startswith("task.test_seed='none (its held-out split moved with run.seed")
+    assert resume_conflict({"task": {"kind": "builtin", "name": "add2"}},
+                           {"task": {"kind": "builtin", "name": "add2", "test_seed": HELD_OUT_SEED}}) is None
+    # a run that recorded its test_seed compares as any setting does
+    assert resume_conflict({"task": {"kind": "reasoning-gym", "test_seed": 7}},
+                           {"task": {"kind": "reasoning-gym", "test_seed": 7}}) is None
