@@ -1,6 +1,7 @@
 """The ``hacrl`` command: wiring only.
 
-    hacrl train [--preset NAME | --config FILE] [--set key=value ...] [--resume [CKPT]] [--overwrite]
+    hacrl train [--preset NAME] [--config FILE] [--set key=value ...] [--output RUN] [--resume [CKPT | RUN]]
+                [--overwrite]
     hacrl eval  (--run DIR | --model DIR ...) [--task NAME] [--benchmark NAME=PATH ...] [--n 500] [--k 0]
                 [--json-out PATH]
     hacrl presets [--show NAME] [--fields]
@@ -40,13 +41,16 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train N agents together (default: the embedded tiny-model preset)")
-    t.add_argument("--preset", help="a named preset (see `hacrl presets`); default tiny-model")
-    t.add_argument("--config", help="a YAML config file")
+    t.add_argument("--preset", help="a named preset (see `hacrl presets`); default tiny-model, or with --config "
+                   "none")
+    t.add_argument("--config", help="a YAML config file, layered on --preset when both are given (the file wins; "
+                   "--set wins over both)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. trainer.steps=20 or agents.<id>.lr=1e-4 (repeatable)")
     t.add_argument("--output", help="run directory (default: <run.output_dir>/<run.name or preset-timestamp>)")
-    t.add_argument("--resume", nargs="?", const="latest", help="resume the run directory's latest checkpoint, "
-                   "or the checkpoint directory given")
+    t.add_argument("--resume", nargs="?", const="latest", help="resume the run directory's latest checkpoint "
+                   "(without --preset/--config: with the run's own config.yaml), or the run directory or "
+                   "checkpoints/step-* directory given")
     t.add_argument("--overwrite", action="store_true", help="delete an existing run directory first")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
@@ -117,9 +121,40 @@ def main(argv: list[str] | None = None) -> int:
 def _run_dir(args: argparse.Namespace, cfg: Config) -> Path:
     if args.output:
         return Path(args.output)
-    name = cfg.run.name or (f"{args.preset or (Path(args.config).stem if args.config else 'tiny-model')}-"
+    name = cfg.run.name or (f"{Path(args.config).stem if args.config else args.preset or 'tiny-model'}-"
                             f"{cfg.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     return Path(cfg.run.output_dir) / name
+
+
+def _resume_run_dir(args: argparse.Namespace) -> argparse.Namespace:
+    """``--resume RUN`` names a run directory, not a checkpoint: the same as ``--output RUN --resume``."""
+    from hacrl.trainer.checkpoint import MANIFEST
+
+    given = Path(args.resume) if args.resume not in (None, "latest") else None
+    if given is None or (given / MANIFEST).is_file() or not given.is_dir() \
+            or not ((given / "checkpoints").is_dir() or (given / "config.yaml").is_file()):
+        return args
+    if args.output and Path(args.output).absolute() != given.absolute():
+        raise ConfigError(f"--resume {given} is a run directory and --output {args.output} another; resume it "
+                          f"with: hacrl train --output {shlex.quote(str(given))} --resume")
+    return argparse.Namespace(**{**vars(args), "output": str(given), "resume": "latest"})
+
+
+def _train_config(args: argparse.Namespace) -> Config:
+    """The config to train with: --preset / --config / --set; resuming a run without --preset or --config,
+    the run's own config.yaml with --set on top."""
+    from hacrl.trainer.rundir import is_run_directory
+
+    saved = Path(args.output) / "config.yaml" if args.output else None
+    if not (args.resume and not args.preset and not args.config and saved and saved.is_file()
+            and is_run_directory(saved.parent)):
+        return load_config(args.preset, args.config, args.overrides)
+    try:
+        load_config(path=saved)
+    except ConfigError as exc:
+        raise ConfigError(f"--resume: {saved} is not a usable run config ({exc}); resume with the --preset or "
+                          f"--config the run was started with") from None
+    return load_config(path=saved, overrides=args.overrides)  # a bad --set is named as such
 
 
 def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
@@ -132,8 +167,9 @@ def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
     if args.resume != "latest":
         path = Path(args.resume)
         if not (path / MANIFEST).is_file():
-            raise ConfigError(f"--resume {path}: not a complete checkpoint (no {MANIFEST}); "
-                              f"give a checkpoints/step-* directory or no value for the latest")
+            raise ConfigError(f"--resume {path}: neither a run directory nor a complete checkpoint (no {MANIFEST}); "
+                              f"resume a run with: hacrl train --output RUN --resume (its latest checkpoint), or "
+                              f"give a RUN/checkpoints/step-* directory")
         problem = verify_checkpoint(path)
         if problem:
             raise ConfigError(f"--resume {path}: the checkpoint is damaged: {problem}; give an earlier "
@@ -154,22 +190,37 @@ def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    cfg = load_config(args.preset, args.config, args.overrides)
-    run_dir = _run_dir(args, cfg)
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other; pick one")
+    args = _resume_run_dir(args)
+    cfg = _train_config(args)
+    run_dir = _run_dir(args, cfg)
     check_output(run_dir)
     if has_content(run_dir):
         refuse_foreign(run_dir)  # before the lock: not even a lock file goes into a directory that is not a run
-    created = not run_dir.exists()
+    made = _missing_ancestors(run_dir)  # the run directory and any parents (runs/) this command would create
     lock = RunLock(run_dir)  # one writer per run directory, held until the run ends
     try:
         lock.acquire()
-        return _train_locked(args, cfg, run_dir, created)
+        return _train_locked(args, cfg, run_dir, bool(made))
     finally:
         lock.release()
-        if created and run_dir.is_dir() and not has_content(run_dir):
+        if made and run_dir.is_dir() and not has_content(run_dir):
             shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves nothing behind
+            for parent in made[1:]:  # nor an empty runs/ made for it
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
+
+
+def _missing_ancestors(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    return missing
 
 
 def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created: bool) -> int:
@@ -179,6 +230,8 @@ def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created:
     from hacrl.trainer.trainer import Trainer
 
     resume_from = _resolve_resume(args, run_dir)
+    if resume_from is not None and _already_finished(args, cfg, run_dir, resume_from):
+        return 0
     fresh = created  # this invocation owns everything in the directory
     if resume_from is None and has_content(run_dir):
         if not args.overwrite:
@@ -226,10 +279,34 @@ def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created:
     return 0
 
 
-def _command(args: argparse.Namespace, run_dir: Path, flag: str) -> str:
-    """The ``hacrl train`` command of this run with ``flag`` (--resume or --overwrite)."""
-    source = ["--preset", args.preset] if args.preset else ["--config", args.config] if args.config else []
-    overrides = [x for o in args.overrides for x in ("--set", o)]
+def _already_finished(args: argparse.Namespace, cfg: Config, run_dir: Path, checkpoint: Path) -> bool:
+    """Resuming a run whose checkpoint is at or past ``trainer.steps``: say so, with its evaluations, and
+    how to train further; nothing is loaded or written."""
+    from hacrl.trainer.checkpoint import read_manifest
+    from hacrl.trainer.sinks import read_evals
+
+    step = read_manifest(checkpoint).get("step")
+    if not isinstance(step, int) or step < cfg.trainer.steps:
+        return False
+    print(f"hacrl: {run_dir} already finished at step {step} (trainer.steps={cfg.trainer.steps}); nothing to train")
+    evals = read_evals(run_dir)
+    for agent_id in (a.id for a in cfg.agents):
+        before, after = evals.get((0, agent_id)), evals.get((step, agent_id))
+        if before is not None or after is not None:
+            print(f"  {agent_id:<20} before {_acc(before)}  after {_acc(after)}")
+    print(f"hacrl: to train further: {_command(args, run_dir, '--resume', [f'trainer.steps={2 * step}'])}")
+    return True
+
+
+def _acc(value: float | None) -> str:
+    return "  -  " if value is None else f"{value:.3f}"
+
+
+def _command(args: argparse.Namespace, run_dir: Path, flag: str, extra: list[str] | None = None) -> str:
+    """The ``hacrl train`` command of this run with ``flag`` (--resume or --overwrite), ``extra`` --set last."""
+    source = [*(["--preset", args.preset] if args.preset else []), *(["--config", args.config] if args.config else [])]
+    sets = [o for o in args.overrides if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra or []}]
+    overrides = [x for o in [*sets, *(extra or [])] for x in ("--set", o)]
     return shlex.join(["hacrl", "train", *source, *overrides, "--output", str(run_dir), flag])
 
 
@@ -244,13 +321,13 @@ def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
     from hacrl.trainer.sinks import eval_key
 
     first, last = result.get("first"), result.get("last")
-    print(f"hacrl: finished {trainer.step_idx} steps of {trainer.cfg.algorithm.name}; "
+    steps = trainer.step_idx
+    print(f"hacrl: finished {steps} step{'' if steps == 1 else 's'} of {trainer.cfg.algorithm.name}; "
           f"held-out greedy accuracy on {len(trainer.eval_problems)} {trainer.task.name} problems:")
     for agent_id in trainer.agent_ids:
         key = eval_key(agent_id)
-        before = f"{first[key]:.3f}" if first else "  -  "
-        after = f"{last[key]:.3f}" if last else "  -  "
-        print(f"  {agent_id:<20} before {before}  after {after}")
+        print(f"  {agent_id:<20} before {_acc(first.get(key) if first else None)}  "
+              f"after {_acc(last.get(key) if last else None)}")
     print(f"hacrl: metrics in {run_dir / 'metrics.jsonl'}, checkpoint {result['checkpoint']}")
 
 
@@ -260,7 +337,7 @@ class _Progress:
     def __init__(self, trainer: Any, enabled: bool) -> None:
         self.trainer = trainer
         self.enabled = enabled
-        self._bar = None
+        self._bar: Any = None
 
     def __enter__(self) -> _Progress:
         if self.enabled and sys.stderr.isatty():
@@ -345,7 +422,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[str, Any]]], dict | None]:
     """(agent id, model directory, load_agent keyword arguments) per agent, and the run's config if any."""
     from hacrl.backends.worker import check_device
-    from hacrl.trainer.checkpoint import usable_checkpoint
+    from hacrl.trainer.checkpoint import read_manifest, usable_checkpoint
     from hacrl.trainer.trainer import resolve_model_path
 
     models: list[tuple[str, Path, dict[str, Any]]] = []
@@ -362,6 +439,9 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[s
             print(f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); evaluating {found.name}",
                   file=sys.stderr)
         run_cfg = _run_config(run)
+        step, steps = read_manifest(found).get("step"), run_cfg["trainer"]["steps"]
+        print(f"eval: --run {run}: the latest intact checkpoint, {found.name} (step {step} of {steps}"
+              f"{', the end of training' if step == steps else ''})", file=sys.stderr)
         for a in run_cfg["agents"]:
             check_device(a.get("device", "cpu"), f"--run {run}: agents.{a['id']}.device")
         keep = ("dtype", "device", "template", "system_prompt", "chat_template_kwargs")
@@ -448,7 +528,14 @@ def _task_suite(args: argparse.Namespace, run_cfg: dict | None) -> tuple[str, li
         task_cfg = TaskConfig.model_validate(run_cfg["task"])
         seed, max_new = run_cfg["run"]["seed"], run_cfg["rollout"]["max_new_tokens"]
     task = build_task(task_cfg, seed=seed, max_new_tokens=max_new)
-    return task.name, task.test_problems(args.n), task_scorer(task, task_cfg)
+    problems = task.test_problems(args.n)
+    if run_cfg is not None and not args.task:
+        trained = len(task.test_problems(run_cfg["trainer"]["eval_size"]))
+        if trained != len(problems):  # both are the first N of the same held-out list
+            print(f"eval: {task.name}: the first {len(problems)} held-out problems (--n {args.n}); training's "
+                  f"evaluations (eval.jsonl) used the first {trained} (trainer.eval_size), so the accuracies may "
+                  f"differ; --n {trained} scores the same problems", file=sys.stderr)
+    return task.name, problems, task_scorer(task, task_cfg)
 
 
 # ---- presets --------------------------------------------------------------------------------------
@@ -468,7 +555,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
                 sub, section = AgentSpec.model_fields, "agents.<id>"
             for name, f in (sub or {}).items():
                 default = "" if f.is_required() else f" = {f.get_default(call_default_factory=True)!r}"
-                print(f"{section}.{name}{default}  {f.description or ''}".rstrip())
+                extra = {("task", "name"): f"; builtin: {_names('task')}",
+                         ("algorithm", "name"): f"; all: {_names('algorithm')}"}.get((section, name), "")
+                print(f"{section}.{name}{default}  {f.description or ''}{extra}".rstrip())
         return 0
     import yaml
 
@@ -477,7 +566,17 @@ def cmd_presets(args: argparse.Namespace) -> int:
         first_line = preset_text(name).splitlines()[0].lstrip("# ").strip()
         agents = ", ".join(a["id"] for a in tree.get("agents", []))
         print(f"{name:<16} {first_line}  [agents: {agents}]")
+    print(f"\nbuiltin tasks (task.name): {_names('task')}\nalgorithms (algorithm.name): {_names('algorithm')}\n"
+          f"every config key with its help: hacrl presets --fields")
     return 0
+
+
+def _names(kind: str) -> str:
+    """The registered builtin task or algorithm names, for listings."""
+    from hacrl.data.tasks import TASKS
+    from hacrl.learner.algorithms import ALGORITHMS
+
+    return ", ".join((TASKS if kind == "task" else ALGORITHMS).listing())
 
 
 if __name__ == "__main__":

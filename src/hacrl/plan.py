@@ -1,9 +1,11 @@
 """Memory plan: what every device of a run will hold, estimated before anything loads.
 
 ``hacrl plan --preset NAME`` (or ``--config``) reads each agent's ``config.json`` only — from its model
-directory, from ``--model-config ID=PATH``, or from the shapes of a few public models shipped as data
-(``hacrl/assets/model_shapes``) — builds the architecture on the meta device (no memory, no weights) to
-count its parameters, and prints per agent and per device (one replica) the bytes of:
+directory (a Hub name's snapshot in the local Hub cache, a converted builtin's cache directory), from
+``--model-config ID=PATH``, or from the shapes of the public models the project names, shipped as data
+(``hacrl/assets/model_shapes``: every shipped preset plans on a machine without its models) — builds the
+architecture on the meta device (no memory, no weights) to count its parameters, and prints per agent and
+per device (one replica) the bytes of:
 
 - weights, gradients and AdamW's two moments (in the weights' dtype; LoRA: gradients and moments of the
   adapter only), each 1/W with ``fsdp``, in host memory with ``cpu_offload``; with ``fsdp`` also the
@@ -87,7 +89,7 @@ def _config_file(spec: AgentSpec, overrides: dict[str, str]) -> tuple[Path, str]
     directory = _model_dir(spec)
     if directory is not None and (directory / "config.json").is_file():
         return directory / "config.json", str(directory)
-    key = spec.model.rstrip("/").split("@")[0].split("/")[-1].lower()
+    key = shape_key(spec.model)
     known = _shape_files()
     if key in known:
         return known[key], f"built-in shapes of {key} (hacrl/assets/model_shapes)"
@@ -95,21 +97,40 @@ def _config_file(spec: AgentSpec, overrides: dict[str, str]) -> tuple[Path, str]
                       f"(known: {', '.join(sorted(known))}); give --model-config {spec.id}=path/to/config.json")
 
 
+def shape_key(model: str) -> str:
+    """The name a model spec is looked up by in the shipped shapes: its last path part, lower case,
+    without ``builtin:`` or ``@revision``.
+
+    >>> shape_key("Qwen/Qwen3-0.6B@main"), shape_key("builtin:smollm2-135m-instruct"), shape_key("models/Qwen3-4B/")
+    ('qwen3-0.6b', 'smollm2-135m-instruct', 'qwen3-4b')
+    """
+    return model.removeprefix("builtin:").rstrip("/").split("@")[0].split("/")[-1].lower()
+
+
 def _model_dir(spec: AgentSpec) -> Path | None:
-    """The model directory if it exists here, without converting or downloading anything."""
+    """The model directory if it exists here (a Hub name: its snapshot in the local Hub cache), without
+    converting or downloading anything."""
     if spec.model.startswith("builtin:"):
-        from hacrl.agents.gguf import PRETRAINED, cache_dir
+        from hacrl.agents.gguf import PRETRAINED, model_dir
         from hacrl.agents.tiny import tiny_agent_path
 
         name = spec.model.removeprefix("builtin:")
         if name in PRETRAINED:
-            return cache_dir() / name
+            return model_dir(name)
         try:
             return tiny_agent_path(name)
         except FileNotFoundError:
             return None
     p = Path(spec.model).expanduser()
-    return p if p.is_dir() else None
+    if p.is_dir():
+        return p
+    from hacrl.data.hub import is_hub_name, resolve_hub_model
+    from hacrl.errors import InputError
+
+    try:
+        return resolve_hub_model(spec.model) if is_hub_name(spec.model) else None
+    except InputError:  # not cached here: the shipped shapes may know it
+        return None
 
 
 def model_shape(spec: AgentSpec, overrides: dict[str, str] | None = None) -> Shape:
@@ -399,7 +420,7 @@ def measure_update_peak(agent: Any, rows: list[Any], *, micro_batch_size: int,
     from hacrl.learner.sharding import optimizer_numel
     from hacrl.learner.update import LossSettings, update_learner
 
-    settings = LossSettings(0.2, 0.28, 1.0, 0.2, 0.025, 10.0, kl_coef)
+    settings = LossSettings(0.2, 0.28, 1.0, 0.2, 0.025, 10.0, kl_coef, 1.0)
 
     def step() -> None:
         update_learner(agent, [rows], ALGORITHMS.get("gspo"), settings, micro_batch_size=micro_batch_size,
@@ -427,7 +448,7 @@ def measure_update_peak(agent: Any, rows: list[Any], *, micro_batch_size: int,
 def add_plan_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="per agent and device: the memory a run will need, before anything loads")
     p.add_argument("--preset", help="a named preset (default tiny-model)")
-    p.add_argument("--config", help="a YAML config file")
+    p.add_argument("--config", help="a YAML config file, layered on --preset when both are given")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value (repeatable), as for train")
     p.add_argument("--model-config", action="append", default=[], metavar="ID=PATH",

@@ -55,10 +55,22 @@ class Registry(Generic[T]):
         if name not in self._items:
             built = self._build(name)
             if built is None:
-                valid = ", ".join(self.listing()) or "(none)"
-                raise KeyError(f"unknown {self.kind} {name!r}; valid: {valid}")
+                raise KeyError(f"unknown {self.kind} {name!r}; {self._suggestion(name)}valid: "
+                               f"{', '.join(self.listing()) or '(none)'}")
             self._items[name] = built
         return self._items[name]
+
+    def _suggestion(self, name: object) -> str:
+        """``did you mean 'add2'? `` for a near miss of a registered name, else nothing.
+
+        >>> r = Registry("task"); r.add("add2", 1); r.add("mul1x3", 2)
+        >>> r._suggestion("ad2"), r._suggestion("chess")
+        ("did you mean 'add2'? ", '')
+        """
+        import difflib
+
+        close = difflib.get_close_matches(str(name), self.names(), n=1, cutoff=0.6)
+        return f"did you mean {close[0]!r}? " if close else ""
 
     def _build(self, name: str) -> T | None:
         for pattern, _, build in self._families:

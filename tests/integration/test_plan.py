@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from hacrl import plan
-from hacrl.agents.agent import load_agent
+from hacrl.agents.agent import enable_checkpointing, load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.cli import main
-from hacrl.config import load_config
+from hacrl.config import AgentSpec, load_config, preset_names
 from hacrl.learner.update import ViewRow
 
 PROMPT, ANSWER, ROWS = 48, 80, 16
@@ -34,7 +34,7 @@ def test_the_estimate_is_within_25_percent_of_the_measured_peak(checkpointing):
     torch.manual_seed(0)
     agent = load_agent("a", 0, tiny_agent_path("qwen2-char"))
     if checkpointing:
-        agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(agent.model)
     agent.enable_reference()
     agent.configure_optimizer(lr=1e-4)
     measured = plan.measure_update_peak(agent, rows_for(agent), micro_batch_size=ROWS, kl_coef=0.01)
@@ -89,3 +89,44 @@ def test_bad_input_is_one_line(capsys, args, message):
     assert main(["plan", "--preset", "tiny-test", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_shipped_preset_plans_on_a_fresh_machine(preset, tmp_path, monkeypatch, capsys):
+    # no converted builtin (SmolLM2, its SFT copy) and an empty Hub cache: the shipped shapes stand in
+    monkeypatch.setenv("HACRL_CACHE", str(tmp_path / "hacrl"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["plan", "--preset", preset]) == 0, capsys.readouterr().err
+    assert "fits" in capsys.readouterr().out
+
+
+# the models the project names, by the spelling it uses, and their published parameter counts
+NAMED = [("Qwen/Qwen3-0.6B", "Qwen3ForCausalLM", 0.596e9), ("meta-llama/Llama-3.2-1B-Instruct", "LlamaForCausalLM",
+                                                            1.236e9),
+         ("models/Qwen3-1.7B-Base", "Qwen3ForCausalLM", 1.72e9), ("models/Qwen3-4B-Instruct-2507", "Qwen3ForCausalLM",
+                                                                  4.02e9),
+         ("models/Llama-3.2-3B-Instruct", "LlamaForCausalLM", 3.21e9),
+         ("builtin:smollm2-135m-instruct-sft", "LlamaForCausalLM", 134.5e6),
+         ("builtin:gemma-3-270m", "Gemma3ForCausalLM", 268.1e6)]
+
+
+@pytest.mark.parametrize(("model", "arch", "params"), NAMED, ids=[m for m, _, _ in NAMED])
+def test_plan_knows_the_shapes_of_every_model_the_project_names(model, arch, params, tmp_path, monkeypatch):
+    monkeypatch.setenv("HACRL_CACHE", str(tmp_path / "hacrl"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    shape = plan.model_shape(AgentSpec(id="a", model=model))
+    assert shape.arch == arch and shape.params == pytest.approx(params, rel=2e-3)
+    assert "built-in shapes" in shape.source
+
+
+def test_the_shipped_smollm2_shape_is_the_converted_models():
+    from hacrl.agents.gguf import cache_dir
+
+    converted = cache_dir() / "smollm2-135m-instruct" / "config.json"
+    if not converted.is_file():
+        pytest.skip("builtin:smollm2-135m-instruct is not converted on this machine")
+    cached = plan.model_shape(AgentSpec(id="a", model="builtin:smollm2-135m-instruct"))
+    shipped = plan.model_shape(AgentSpec(id="a", model="builtin:smollm2-135m-instruct-sft"),
+                               {"a": str(plan._shape_files()["smollm2-135m"])})
+    assert (cached.params, cached.layers, cached.vocab, cached.linears) == \
+        (shipped.params, shipped.layers, shipped.vocab, shipped.linears)

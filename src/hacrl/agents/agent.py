@@ -82,6 +82,17 @@ def accepts_logits_to_keep(model: Any) -> bool:
     return "logits_to_keep" in forward_parameters(type(base))
 
 
+def enable_checkpointing(model: Any) -> None:
+    """Recompute each layer's activations in the backward pass, non-reentrant (works with frozen inputs,
+    LoRA, and keeps the RNG-free forward exact). transformers 5.x names it ``activation_checkpointing_enable``
+    (its older name warns on every call: a FutureWarning); 4.x has only ``gradient_checkpointing_enable``."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 class Agent:
     """One policy of the collaboration.
 
