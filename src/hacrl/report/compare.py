@@ -5,7 +5,7 @@
                               (the measured wall time of the run, over the invocations that trained it)
       report.md               the command and config, accuracy curves and tables, collaboration diagnostics
       summary.json            every number in the report, machine-readable
-      plots/*.png             accuracy-<agent>.png, omega.png, cross-window.png
+      plots/*.png             curve-<agent>.png (accuracy by step and answers), omega.png, cross-window.png
 
 Runs are resumable: a run whose final checkpoint (step == trainer.steps) exists is reused, one with an
 earlier checkpoint is resumed from it, and a run directory without any complete checkpoint is wiped and
