@@ -395,3 +395,20 @@ def test_dry_run_says_what_each_run_would_do_and_changes_nothing(comparison, tin
     assert f"about {per_step['hacpo'] + 2 * per_step['gspo']:.0f} s" in printed
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".hacrl.lock"} == before
     assert not (out / "runs/gspo/seed-1").exists()
+
+
+def test_a_config_file_layers_on_the_preset_as_in_train(tmp_path, capsys):
+    """``hacrl compare --preset X --config mine.yaml``: the file's settings win over the preset's, the rest of
+    the preset stays, and the command written into the report names both."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("trainer:\n  steps: 3\n")
+    out = tmp_path / "cmp"
+    argv = ["--preset", "tiny-test", "--config", str(mine), "--algos", "hacpo,gspo", "--seeds", "1",
+            "--output", str(out), "--dry-run"]
+    assert cmd_compare(_compare_args(*argv)) == 0
+    printed = capsys.readouterr().out
+    assert "[1/2] hacpo seed 0: train 3 steps" in printed and "[2/2] gspo seed 0: train 3 steps" in printed
+    from hacrl.report.compare import default_command
+
+    cmd = default_command("tiny-test", mine, ["hacpo"], [0], [], out)
+    assert cmd.startswith(f"hacrl compare --preset tiny-test --config {mine} --algos hacpo")

@@ -294,7 +294,7 @@ def test_the_committed_comparison_without_records_reports_as_before():
 def test_default_baselines_are_gspo_multiples_and_imitation():
     from hacrl.report.summary import is_baseline
 
-    assert [is_baseline(a) for a in ("gspo", "gspo2x", "gspo-x3", "imitation")] == [True] * 4
+    assert [is_baseline(a) for a in ("gspo", "gspo2x", "gspo-x2", "imitation")] == [True] * 4
     # variants and the algorithms under test are not baselines unless --baselines says so
     assert [is_baseline(a) for a in ("hacpo", "naive", "grpo", "gspo@task.fewshot=3", "imitation@imitation_coef=0.5")] \
         == [False] * 5

@@ -135,7 +135,8 @@ def _split_source(source: str | Path) -> tuple[str | None, Path | None]:
 def default_command(preset: str | None, config_path: Path | None, algos: Sequence[str], seeds: Sequence[int],
                     overrides: Sequence[str], output_dir: Path, baselines: Sequence[str] | None = None) -> str:
     parts = ["hacrl", "compare"]
-    parts += ["--preset", preset] if preset else ["--config", str(config_path)] if config_path else []
+    parts += ["--preset", preset] if preset else []
+    parts += ["--config", str(config_path)] if config_path else []
     parts += ["--algos", ",".join(algos)]
     counted = list(seeds) == list(range(len(seeds)))
     parts += ["--seeds", str(len(seeds)) if counted else ",".join(map(str, seeds))]
@@ -160,10 +161,13 @@ def run_comparison(
     baselines: str | Sequence[str] | None = None,
     keep_checkpoints: str = "all",
     dry_run: bool = False,
+    config_path: str | Path | None = None,
 ) -> Path | None:
     """Train (or reuse) every algorithm × seed and write ``report.md``, ``summary.json`` and ``plots/``.
 
-    ``source`` is a preset name or a YAML config path (None: the default preset, tiny-model); seed ``s``
+    ``source`` is a preset name or a YAML config path (None: the default preset, tiny-model, unless
+    ``config_path`` is given); ``config_path`` is a YAML file layered on the preset ``source`` (later wins, as
+    ``hacrl train --preset X --config Y``); seed ``s``
     adds the override ``run.seed=s`` and the algorithm ``algorithm.name=<algo>`` after ``overrides``.
     ``keep_checkpoints="none"`` deletes each run's checkpoints once it is finished (it stays reusable: see
     :mod:`hacrl.report.runs`). ``dry_run``: check everything and log what each run would do (with the time
@@ -181,7 +185,11 @@ def run_comparison(
         key = o.split("=", 1)[0].strip()
         if key in ("algorithm.name", "run.seed"):
             raise ConfigError(f"--set {key}: compare sets it for every run; use --algos / --seeds instead")
-    preset, config_path = _split_source(source) if source is not None else ("tiny-model", None)
+    preset, path = _split_source(source) if source is not None else \
+        (None if config_path is not None else "tiny-model", None)
+    if config_path is not None and path is not None:
+        raise ConfigError(f"compare: two config files ({path}, {config_path}); give one --config")
+    config_path = Path(config_path) if config_path is not None else path
     output_dir = Path(output_dir)
     base = load_config(preset, config_path, overrides)
     configs: dict[tuple[str, int], Config] = {}

@@ -13,8 +13,6 @@ import shlex
 import sys
 from pathlib import Path
 
-from hacrl.config import ConfigError
-
 DEFAULT_ALGOS = "hacpo,gspo,gspo2x"
 DEFAULT_SEEDS = "3"
 
@@ -48,8 +46,6 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 def cmd_compare(args: argparse.Namespace) -> int:
     from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
 
-    if args.preset and args.config:
-        raise ConfigError("give --preset or --config, not both")
     algos = parse_algos(args.algos)
     seeds = parse_seeds(args.seeds)
     name = args.preset or (Path(args.config).stem if args.config else "tiny-model")
@@ -65,12 +61,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ImportError:  # pragma: no cover
         pass
     command = shlex.join(["hacrl", "compare", *sys.argv[2:]]) if sys.argv[1:2] == ["compare"] else None
-    source = Path(args.config) if args.config else (args.preset or "tiny-model")
+    source = args.preset  # None: tiny-model, or the --config file alone; with both the file layers on the preset
     try:
         report = run_comparison(source, algos, seeds, args.overrides, output,
                                 log=lambda line: print(line, flush=True), log_steps=not args.quiet,
                                 command=command, baselines=args.baselines,
-                                keep_checkpoints=args.keep_checkpoints, dry_run=args.dry_run)
+                                keep_checkpoints=args.keep_checkpoints, dry_run=args.dry_run,
+                                config_path=args.config)
     except KeyboardInterrupt:
         print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
               file=sys.stderr)
