@@ -127,13 +127,18 @@ class ArithmeticTask:
         if n > 0.8 * self.space_size * self.test_fraction:
             raise ValueError(f"task {self.name!r} holds out about {self.space_size * self.test_fraction:.0f} "
                              f"problems; asked for {n}")
-        rng = random.Random(f"{self.name}/test")
+        return self._distinct("test", "test", n, held_out=True)
+
+    def _distinct(self, draw: str, split: str, n: int, *, held_out: bool) -> list[Problem]:
+        """The first ``n`` distinct problems (labelled ``split``) of the fixed draw ``<name>/<draw>``, on the
+        held-out side of the split (``held_out``) or on the training side."""
+        rng = random.Random(f"{self.name}/{draw}")
         seen: set[str] = set()
         out: list[Problem] = []
         while len(out) < n:
-            problem = self._problem(rng, "test")
+            problem = self._problem(rng, split)
             key = problem.id.split("/", 1)[1]
-            if key not in seen and self.is_test(key):
+            if key not in seen and self.is_test(key) == held_out:
                 seen.add(key)
                 out.append(problem)
         return out
@@ -144,16 +149,7 @@ class ArithmeticTask:
         if k > 0.5 * self.space_size * (1 - self.test_fraction):
             raise ValueError(f"task {self.name!r} has about {self.space_size * (1 - self.test_fraction):.0f} "
                              f"training problems; asked for {k} worked examples")
-        rng = random.Random(f"{self.name}/fewshot")
-        seen: set[str] = set()
-        out: list[str] = []
-        while len(out) < k:
-            problem = self._problem(rng, "example")
-            key = problem.id.split("/", 1)[1]
-            if key not in seen and not self.is_test(key):
-                seen.add(key)
-                out.append(f"{problem.prompt}{problem.answer}\n")
-        return "".join(out)
+        return "".join(f"{p.prompt}{p.answer}\n" for p in self._distinct("fewshot", "example", k, held_out=False))
 
     reward_spec = None  # exact match: trusted and cheap, scored inline
 
