@@ -200,6 +200,10 @@ class TrainerConfig(_Section):
     eval_benchmarks: dict[str, str] = Field(
         default_factory=dict, description="also evaluate on benchmark files, NAME: PATH (e.g. math500: data/m.jsonl), "
         "with the paper's prompt and the math reward; eval_size problems of each")
+    eval_budget: int = Field(0, ge=0, description="also evaluate greedy answers to the task's held-out problems "
+                             "with this longer answer budget (tokens), before training and at the end: records "
+                             "with budget=N in eval.jsonl and eval_problems.jsonl, which separate a model that "
+                             "learned to stop from one that learned to solve (0: off)")
     eval_texts: int = Field(32, ge=0, description="greedy answer texts kept per agent and suite in "
                             "eval_problems.jsonl (those of the first N problems; rewards, lengths and EOS of all)")
     checkpoint_every: int = Field(0, ge=0, description="checkpoint every C steps (0: only at the end)")
@@ -539,7 +543,8 @@ def dump_config(cfg: Config) -> str:
 # Not here: trainer.eval_size and eval_k (the held-out numbers would measure something else). ``agents.*.x``
 # is field x of every agent.
 RESUME_NEUTRAL = frozenset({
-    "trainer.steps", "trainer.eval_every", "trainer.eval_benchmarks", "trainer.checkpoint_every",
+    "trainer.steps", "trainer.eval_every", "trainer.eval_benchmarks", "trainer.eval_budget",
+    "trainer.checkpoint_every",
     "trainer.keep_last", "trainer.log_samples", "trainer.eval_texts", "trainer.threads", "trainer.micro_batch_size",
     "run.name", "run.output_dir", "run.tensorboard", "run.loggers", "run.project", "task.reward_timeout_s",
     "backend", "agents.*.num_cpus", "agents.*.num_gpus",

@@ -14,7 +14,7 @@ from hacrl.config import load_config, resume_conflict
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.trainer.evaluation import score_answers
 from hacrl.trainer.rundir import foreign_entries
-from hacrl.trainer.sinks import read_jsonl, read_problem_evals
+from hacrl.trainer.sinks import read_evals, read_jsonl, read_problem_evals
 from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory
 
@@ -163,3 +163,31 @@ def test_a_resumed_run_has_the_uninterrupted_runs_records(tmp_path):
     assert [(r["step"], r["agent"]) for r in expected] == [(s, a) for s in range(5) for a in ("qwen-char", "llama-bpe")]
     assert (resumed / "eval_problems.jsonl").read_text() == (straight / "eval_problems.jsonl").read_text()
     assert foreign_entries(resumed) == []  # a run directory: --overwrite may replace it
+
+
+def test_a_longer_budget_is_evaluated_before_and_after_training_only(tmp_path):
+    # answers cut at 3 tokens during training; trainer.eval_budget=5 evaluates the same problems again with room
+    # for a three-digit answer and its EOS, at step 0 and at the end, never in between
+    run = train(tmp_path, "run", "trainer.steps=2", "rollout.max_new_tokens=3", "trainer.eval_budget=5",
+                "trainer.eval_texts=5")
+    records = read_problem_evals(run)
+    assert [(r["step"], r["agent"], r.get("budget")) for r in records] == [
+        (0, "qwen-char", None), (0, "qwen-char", 5), (0, "llama-bpe", None), (0, "llama-bpe", 5),
+        (1, "qwen-char", None), (1, "llama-bpe", None),
+        (2, "qwen-char", None), (2, "qwen-char", 5), (2, "llama-bpe", None), (2, "llama-bpe", 5)]
+    short, long = records[0], records[1]
+    assert long["task"] == short["task"] == "add2" and long["ids"] == short["ids"]
+    # the same greedy answers, no longer cut: "100" + EOS fits in 5 tokens
+    assert short["texts"][:5] == long["texts"][:5] == ["100", "74", "123", "122", "67"]
+    assert short["finished"][:5] == [False, True, False, False, True] and long["finished"][:5] == [True] * 5
+    assert long["tokens"][:5] == [4, 3, 4, 4, 3]
+    totals = read_jsonl(run / "eval.jsonl")
+    assert [t.get("budget") for t in totals if t["step"] == 0] == [None, 5, None, 5]
+    # the training-budget readers never see the longer budget's records
+    assert {k: v for k, v in read_evals(run).items() if k[0] == 0} == {
+        (0, r["agent"]): sum(r["reward"]) / len(r["reward"]) for r in records[:4] if "budget" not in r}
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert last["eval/qwen-char/greedy_acc@5tok"] == sum(records[7]["reward"]) / len(records[7]["reward"])
+    assert resume_conflict(load_config("tiny-test").model_dump(mode="json"),
+                           load_config("tiny-test", overrides=["trainer.eval_budget=64"]).model_dump(mode="json")) \
+        is None

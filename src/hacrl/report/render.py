@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hacrl.report.answers import render_answer_quality
+
 
 def _f(v: float | None, fmt: str = ".3f") -> str:
     if v is None:
@@ -197,6 +199,7 @@ def render_report(summary: dict[str, Any]) -> str:
         "",
     ]
 
+    lines += render_answer_quality(s.get("answer_quality"), s["baselines"])
     lines += ["## Cost per run", "",
               "| algorithm | wall s | training phases s | rollout s | updates s | other s |",
               "|---|---|---|---|---|---|"]

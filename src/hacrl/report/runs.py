@@ -22,7 +22,7 @@ import yaml
 
 from hacrl.config import Config, ConfigError, resume_conflict
 from hacrl.trainer.rundir import RunLock, has_content, remove_run
-from hacrl.trainer.sinks import read_evals, read_jsonl, read_problem_evals, read_sampled_evals
+from hacrl.trainer.sinks import is_task_record, read_evals, read_jsonl, read_problem_evals, read_sampled_evals
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def read_problem_records(run_dir: Path) -> dict[tuple[int, str], dict[str, dict[
     out: dict[tuple[int, str], dict[str, dict[str, float]]] = {}
     path = run_dir / PROBLEM_RECORDS
     for r in read_problem_evals(run_dir):
-        if "benchmark" in r or not isinstance(r.get("ids"), list):
+        if not is_task_record(r) or not isinstance(r.get("ids"), list):
             continue
         ids, reward, sampled = [str(i) for i in r["ids"]], r.get("reward"), r.get("sampled")
         if not isinstance(reward, list) or len(reward) != len(ids) or (

@@ -147,12 +147,22 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def is_task_record(record: dict[str, Any]) -> bool:
+    """An eval.jsonl or eval_problems.jsonl record of the task's held-out split at the training answer budget:
+    not one of an eval benchmark, nor one at the longer ``trainer.eval_budget``.
+
+    >>> is_task_record({"task": "add2"}), is_task_record({"benchmark": "gsm8k"}), is_task_record({"budget": 128})
+    (True, False, False)
+    """
+    return "benchmark" not in record and "budget" not in record
+
+
 def read_evals(run_dir: Path) -> dict[tuple[int, str], float]:
     """(step, agent) → greedy accuracy on the task's held-out split, from the run's eval.jsonl (from its
     metrics.jsonl's ``eval/<agent>/greedy_acc`` when eval.jsonl holds none)."""
     out: dict[tuple[int, str], float] = {}
     for r in read_jsonl(run_dir / "eval.jsonl"):
-        if "agent" in r and "benchmark" not in r and r.get("greedy_acc") is not None:
+        if "agent" in r and is_task_record(r) and r.get("greedy_acc") is not None:
             out[int(r["step"]), r["agent"]] = float(r["greedy_acc"])
     if not out:
         for m in read_jsonl(run_dir / "metrics.jsonl"):
@@ -169,7 +179,7 @@ def read_sampled_evals(run_dir: Path) -> dict[tuple[int, str], dict[str, float]]
     when the run evaluated greedily only."""
     out: dict[tuple[int, str], dict[str, float]] = {}
     for r in read_jsonl(run_dir / "eval.jsonl"):
-        if "agent" in r and "benchmark" not in r and r.get("sampled_avg") is not None:
+        if "agent" in r and is_task_record(r) and r.get("sampled_avg") is not None:
             out[int(r["step"]), r["agent"]] = {"avg": float(r["sampled_avg"]), "k": int(r.get("k") or 0),
                                                "pass": float(r["sampled_pass"]) if r.get("sampled_pass")
                                                is not None else math.nan}

@@ -355,32 +355,38 @@ class Trainer:
             out[name] = (problems, RewardScorer("math", timeout_s=self.cfg.task.reward_timeout_s))
         return out
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, *, budget: bool = False) -> dict[str, float]:
         """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark
-        (the agents generate concurrently on Ray; the answers are scored here). Appends the totals to
+        (the agents generate concurrently on Ray; the answers are scored here), and with ``budget`` also on
+        the held-out split with the longer answer budget ``trainer.eval_budget``. Appends the totals to
         eval.jsonl and the per-problem records to eval_problems.jsonl, both once everything is scored."""
-        params = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens, greedy=True)
-        suites: list[tuple[str | None, list[Problem], Callable[[list[str], list[Problem]], ScoreResult]]] = [
-            (None, self.eval_problems, self.score)]
-        suites += [(name, problems, scorer.score_problems) for name, (problems, scorer) in self.benchmarks.items()]
-        n_agents = len(self.agent_ids)
-        answers = [self.backend.call("generate_answers", [([p.prompt for p in problems], params)] * n_agents)
-                   for _, problems, _ in suites]
         k, r, t = self.cfg.trainer.eval_k, self.cfg.rollout, self.cfg.trainer
+        # a suite: what its records say it is, its problems and scorer, the answer budget, its eval_key parts
+        suites: list[tuple[dict[str, Any], list[Problem], Callable[[list[str], list[Problem]], ScoreResult],
+                           int, str | None, str]] = [
+            ({"task": self.task.name}, self.eval_problems, self.score, r.max_new_tokens, None, "greedy_acc")]
+        suites += [({"benchmark": name}, problems, scorer.score_problems, r.max_new_tokens, name, "greedy_acc")
+                   for name, (problems, scorer) in self.benchmarks.items()]
+        if budget and t.eval_budget:
+            suites.append(({"task": self.task.name, "budget": t.eval_budget}, self.eval_problems, self.score,
+                           t.eval_budget, None, f"greedy_acc@{t.eval_budget}tok"))
+        n_agents = len(self.agent_ids)
+        answers = [self.backend.call("generate_answers", [([p.prompt for p in problems], SamplingParams(
+            n=1, max_new_tokens=tokens, greedy=True))] * n_agents) for _, problems, _, tokens, _, _ in suites]
         sampled = self.backend.call("generate_answers", [([p.prompt for p in self.eval_problems], SamplingParams(
             n=k, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens))] * n_agents) \
             if k > 0 else [None] * n_agents
         out: dict[str, float] = {}
         totals, per_problem = [], []
         for i, agent_id in enumerate(self.agent_ids):
-            for s, ((name, problems, score), per_agent) in enumerate(zip(suites, answers, strict=True)):
+            for s, ((where, problems, score, _, name, metric), per_agent) in enumerate(zip(suites, answers,
+                                                                                          strict=True)):
                 task_k = k if s == 0 else 0  # sampled answers: the task's held-out split only
                 res, records = score_answers(agent_id, problems, per_agent[i], score,
                                              sampled=sampled[i] if task_k else None, k=task_k, texts=t.eval_texts)
-                where = {"task": self.task.name} if name is None else {"benchmark": name}
                 totals.append({"step": self.step_idx, **where, **res.as_dict()})
                 per_problem.append({"step": self.step_idx, "agent": agent_id, **where, **records.as_dict()})
-                out[eval_key(agent_id, "greedy_acc", name)] = res.greedy_acc
+                out[eval_key(agent_id, metric, name)] = res.greedy_acc
                 if res.sampled_avg is not None:
                     out[eval_key(agent_id, f"sampled_avg@{k}", name)] = res.sampled_avg
                     out[eval_key(agent_id, f"sampled_pass@{k}", name)] = res.sampled_pass
@@ -416,13 +422,13 @@ class Trainer:
         last_eval: dict[str, float] | None = None
         try:
             if self.step_idx == 0:
-                self.sink.log(0, self.evaluate())
+                self.sink.log(0, self.evaluate(budget=True))
             while self.step_idx < t.steps and not self._stop_requested:
                 metrics = self.step()
                 final = self.step_idx >= t.steps
                 if final or (t.eval_every and self.step_idx % t.eval_every == 0):
                     with timed(metrics, "eval"):
-                        evaluation = self.evaluate()
+                        evaluation = self.evaluate(budget=final)
                     metrics.update(evaluation)
                     last_eval = evaluation if final else None
                 metrics.update(self._carried_timings)  # the previous step's checkpoint write
