@@ -204,6 +204,10 @@ class TrainerConfig(_Section):
                              "with this longer answer budget (tokens), before training and at the end: records "
                              "with budget=N in eval.jsonl and eval_problems.jsonl, which separate a model that "
                              "learned to stop from one that learned to solve (0: off)")
+    start_eval_cache: str | None = Field(None, description="a directory shared by runs that start alike (a "
+                                         "comparison's runs): the greedy evaluation before training is computed "
+                                         "once and copied into every run with the same agents, weights, task and "
+                                         "evaluation settings (never with eval_k > 0)")
     eval_texts: int = Field(32, ge=0, description="greedy answer texts kept per agent and suite in "
                             "eval_problems.jsonl (those of the first N problems; rewards, lengths and EOS of all)")
     checkpoint_every: int = Field(0, ge=0, description="checkpoint every C steps (0: only at the end)")
@@ -544,7 +548,7 @@ def dump_config(cfg: Config) -> str:
 # is field x of every agent.
 RESUME_NEUTRAL = frozenset({
     "trainer.steps", "trainer.eval_every", "trainer.eval_benchmarks", "trainer.eval_budget",
-    "trainer.checkpoint_every",
+    "trainer.start_eval_cache", "trainer.checkpoint_every",
     "trainer.keep_last", "trainer.log_samples", "trainer.eval_texts", "trainer.threads", "trainer.micro_batch_size",
     "run.name", "run.output_dir", "run.tensorboard", "run.loggers", "run.project", "task.reward_timeout_s",
     "backend", "agents.*.num_cpus", "agents.*.num_gpus",

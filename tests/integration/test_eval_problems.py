@@ -191,3 +191,25 @@ def test_a_longer_budget_is_evaluated_before_and_after_training_only(tmp_path):
     assert resume_conflict(load_config("tiny-test").model_dump(mode="json"),
                            load_config("tiny-test", overrides=["trainer.eval_budget=64"]).model_dump(mode="json")) \
         is None
+
+
+def test_a_cached_start_evaluation_equals_a_computed_one_and_changes_nothing_else(tmp_path):
+    cache = tmp_path / "cache"
+    overrides = ("trainer.steps=2", "trainer.eval_budget=6", "trainer.eval_texts=3")
+    plain = train(tmp_path, "plain", *overrides)
+    first = train(tmp_path, "first", *overrides, f"trainer.start_eval_cache={cache}")  # a miss: computes, stores
+    assert len(list(cache.glob("*.json"))) == 1
+    second = train(tmp_path, "second", *overrides, f"trainer.start_eval_cache={cache}", "run.seed=1")
+    other = train(tmp_path, "other", *overrides, f"trainer.start_eval_cache={cache}", "trainer.eval_size=9")
+    assert len(list(cache.glob("*.json"))) == 2  # another evaluation is another key
+    for name in ("eval.jsonl", "eval_problems.jsonl"):
+        assert (first / name).read_text() == (plain / name).read_text()
+        step0 = [line for line in (plain / name).read_text().splitlines() if json.loads(line)["step"] == 0]
+        assert [line for line in (second / name).read_text().splitlines() if json.loads(line)["step"] == 0] == step0
+    # the copy draws no random numbers: the run's metrics are those of a run that evaluated itself
+    strip = [{k: v for k, v in m.items() if not k.startswith("timing/")} for m in read_jsonl(plain / "metrics.jsonl")]
+    assert [{k: v for k, v in m.items() if not k.startswith("timing/")}
+            for m in read_jsonl(first / "metrics.jsonl")] == strip
+    # the cached copy is what the second run logged at step 0
+    assert read_jsonl(second / "metrics.jsonl")[0] == read_jsonl(plain / "metrics.jsonl")[0]
+    assert len(read_problem_evals(other)[0]["ids"]) == 9

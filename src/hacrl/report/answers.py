@@ -70,10 +70,15 @@ def run_measures(outcome: RunOutcome, steps: Sequence[int]) -> dict[tuple[int, s
     long: dict[tuple[int, str], dict[str, Any]] = {}
     for r in read_problem_evals(outcome.run_dir):
         key = (int(r["step"]), str(r["agent"]))
-        if key[0] not in steps or "benchmark" in r or not isinstance(r.get("finished"), list):
-            continue
+        if key[0] not in steps or "benchmark" in r or not _consistent(r):
+            continue  # a record whose lists disagree was already reported (hacrl.report.runs) and is left out
         (long if "budget" in r else short)[key] = r
     return {key: record_measures(rec, long.get(key)) for key, rec in short.items()}
+
+
+def _consistent(r: dict[str, Any]) -> bool:
+    lists = [r.get(k) for k in ("ids", "reward", "finished")]
+    return all(isinstance(v, list) for v in lists) and len({len(v) for v in lists}) == 1
 
 
 def answer_quality(outcomes: Sequence[RunOutcome], agent_ids: Sequence[str], algos: Sequence[str],

@@ -46,6 +46,7 @@ from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
 from hacrl.trainer.evaluation import score_answers
 from hacrl.trainer.sinks import MultiSink, NullSink, append_lines, eval_key, phase_times, read_evals
+from hacrl.trainer.start_eval import StartEvaluation, start_cache
 from hacrl.trainer.trackers import make_sinks, resolve_loggers
 from hacrl.types import Problem, Trajectory
 
@@ -356,10 +357,33 @@ class Trainer:
         return out
 
     def evaluate(self, *, budget: bool = False) -> dict[str, float]:
+        """:meth:`evaluation`, its records appended to eval.jsonl and eval_problems.jsonl; its metrics."""
+        result = self.evaluation(budget=budget)
+        append_lines(self.run_dir / "eval.jsonl", result.totals)
+        append_lines(self.run_dir / "eval_problems.jsonl", result.per_problem)
+        return result.metrics
+
+    def evaluate_start(self) -> dict[str, float]:
+        """The evaluation before the first step (with the longer budget), copied from
+        ``trainer.start_eval_cache`` when a run with the same start wrote it there (:mod:`.start_eval`)."""
+        cache = start_cache(self.cfg)
+        result = cache.load() if cache else None
+        if result is None:
+            result = self.evaluation(budget=True)
+            if cache:
+                cache.store(result, self.run_dir)
+        else:
+            logger.info("step-0 evaluation copied from %s", cache.path if cache else "")
+        append_lines(self.run_dir / "eval.jsonl", result.totals)
+        append_lines(self.run_dir / "eval_problems.jsonl", result.per_problem)
+        return result.metrics
+
+    def evaluation(self, *, budget: bool = False) -> StartEvaluation:
         """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark
         (the agents generate concurrently on Ray; the answers are scored here), and with ``budget`` also on
-        the held-out split with the longer answer budget ``trainer.eval_budget``. Appends the totals to
-        eval.jsonl and the per-problem records to eval_problems.jsonl, both once everything is scored."""
+        the held-out split with the longer answer budget ``trainer.eval_budget``: the metrics, and the totals
+        and per-problem records for eval.jsonl and eval_problems.jsonl (written by the caller once all is
+        scored)."""
         k, r, t = self.cfg.trainer.eval_k, self.cfg.rollout, self.cfg.trainer
         # a suite: what its records say it is, its problems and scorer, the answer budget, its eval_key parts
         suites: list[tuple[dict[str, Any], list[Problem], Callable[[list[str], list[Problem]], ScoreResult],
@@ -390,9 +414,7 @@ class Trainer:
                 if res.sampled_avg is not None:
                     out[eval_key(agent_id, f"sampled_avg@{k}", name)] = res.sampled_avg
                     out[eval_key(agent_id, f"sampled_pass@{k}", name)] = res.sampled_pass
-        append_lines(self.run_dir / "eval.jsonl", totals)
-        append_lines(self.run_dir / "eval_problems.jsonl", per_problem)
-        return out
+        return StartEvaluation(out, totals, per_problem)
 
     def save_checkpoint(self) -> Path:
         state = {"step": self.step_idx, "data_pos": self.data_pos, "tracker": self.tracker.state_dict(),
@@ -422,7 +444,7 @@ class Trainer:
         last_eval: dict[str, float] | None = None
         try:
             if self.step_idx == 0:
-                self.sink.log(0, self.evaluate(budget=True))
+                self.sink.log(0, self.evaluate_start())
             while self.step_idx < t.steps and not self._stop_requested:
                 metrics = self.step()
                 final = self.step_idx >= t.steps
