@@ -3,7 +3,7 @@ VENV ?= .venv
 export VENV
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup demo lint test test-slow bench clean
+.PHONY: setup demo lint docs test test-slow bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -13,6 +13,9 @@ demo:
 
 lint: setup
 	bash scripts/lint.sh
+
+docs: setup
+	bash scripts/docs.sh
 
 test:
 	bash scripts/test.sh

@@ -9,8 +9,10 @@
 Bad input (config, paths, damaged model or checkpoint files, devices) exits with code 2 and at most three
 lines naming the file or field and the fix, as does a run that diverges (a non-finite loss, gradient, weight
 or logit: the agent, step and phase); an agent whose worker dies (Ray) exits with code 3, naming the agent
-and the checkpoint to resume from. ``--overwrite`` deletes only a run directory (``trainer.rundir``), and a
-run directory has one writer at a time (a file lock).
+and the checkpoint to resume from. A full disk exits with code 2 and one line naming the path, the space it
+needed and the command that continues the run (``hacrl.trainer.files``: nothing is left half-written).
+``--overwrite`` deletes only a run directory (``trainer.rundir``), and a run directory has one writer at a
+time (a file lock).
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.config import Config, ConfigError, load_config, preset_names, preset_text
-from hacrl.errors import InputError
+from hacrl.errors import DiskFull, InputError
 from hacrl.plan import add_plan_parser, cmd_plan
 from hacrl.report.compare_cli import add_compare_parser, cmd_compare
+from hacrl.trainer.files import as_disk_full, write_atomic
 from hacrl.trainer.rundir import RunLock, check_output, has_content, refuse_foreign, remove_run
 
 logger = logging.getLogger("hacrl")
-_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.EDQUOT}
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EROFS}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,13 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "eval":
             return cmd_eval(args)
         return cmd_presets(args)
-    except InputError as exc:
+    except (InputError, DiskFull) as exc:
         print(f"hacrl: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            print(f"hacrl: error: disk full while writing {exc.filename or 'the run directory'}; free space, then "
-                  f"continue with --resume (the last complete checkpoint is intact)", file=sys.stderr)
+        full = as_disk_full(exc, Path.cwd())  # a write not made through hacrl.trainer.files names its file
+        if full is not None:
+            print(f"hacrl: error: {full}", file=sys.stderr)
             return 2
         if exc.errno in _PATH_ERRNOS and exc.filename:  # a path the user gave that cannot be written or read
             print(f"hacrl: error: {exc.filename}: {exc.strerror}; check the path and its permissions", file=sys.stderr)
@@ -245,10 +248,13 @@ def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created:
         fresh = True
     try:
         trainer = Trainer(cfg, run_dir, resume_from=resume_from)
-    except BaseException:
+    except BaseException as exc:
         if fresh:  # nothing half-written: a run that never started leaves nothing behind
             remove_run(run_dir)
-        raise
+        full = as_disk_full(exc, run_dir)
+        if full is None:
+            raise
+        return _disk_full(full, args, run_dir, fresh)
     print(f"hacrl: run directory {run_dir}")
     _print_agents(trainer)
     try:
@@ -267,16 +273,33 @@ def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created:
             if last else "no checkpoint was written yet (set trainer.checkpoint_every); start the run again"
         print(f"hacrl: error: step {trainer.step_idx + 1}: {exc}; {where}", file=sys.stderr)
         return 3
-    except BaseException:
+    except BaseException as exc:
         if fresh and latest_checkpoint(run_dir / "checkpoints") is None:
             remove_run(run_dir)  # a failed run with nothing to resume: the retry needs no --overwrite
-        raise
+        full = as_disk_full(exc, run_dir)
+        if full is None:
+            raise
+        return _disk_full(full, args, run_dir, fresh)
     if result["stopped"]:
         print(f"hacrl: stopped at step {trainer.step_idx}; resume with: {_command(args, run_dir, '--resume')}",
               file=sys.stderr)
         return 130
     _print_summary(trainer, result, run_dir)
     return 0
+
+
+def _disk_full(exc: DiskFull, args: argparse.Namespace, run_dir: Path, fresh: bool) -> int:
+    """One line: what could not be written, the space it needed and the space free, and the command that
+    continues the run from its last complete checkpoint (or starts it again: a fresh run that wrote none
+    was removed)."""
+    from hacrl.trainer.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(run_dir / "checkpoints") is not None:
+        then = f"continue with: {_command(args, run_dir, '--resume')}"
+    else:
+        then = f"start again with: {_command(args, run_dir, '--overwrite' if not fresh else None)}"
+    print(f"hacrl: error: {exc.describe()}; free space, then {then}", file=sys.stderr)
+    return 2
 
 
 def _already_finished(args: argparse.Namespace, cfg: Config, run_dir: Path, checkpoint: Path) -> bool:
@@ -302,12 +325,13 @@ def _acc(value: float | None) -> str:
     return "  -  " if value is None else f"{value:.3f}"
 
 
-def _command(args: argparse.Namespace, run_dir: Path, flag: str, extra: list[str] | None = None) -> str:
-    """The ``hacrl train`` command of this run with ``flag`` (--resume or --overwrite), ``extra`` --set last."""
+def _command(args: argparse.Namespace, run_dir: Path, flag: str | None, extra: list[str] | None = None) -> str:
+    """The ``hacrl train`` command of this run with ``flag`` (--resume, --overwrite or none), ``extra`` --set
+    last."""
     source = [*(["--preset", args.preset] if args.preset else []), *(["--config", args.config] if args.config else [])]
     sets = [o for o in args.overrides if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra or []}]
     overrides = [x for o in [*sets, *(extra or [])] for x in ("--set", o)]
-    return shlex.join(["hacrl", "train", *source, *overrides, "--output", str(run_dir), flag])
+    return shlex.join(["hacrl", "train", *source, *overrides, "--output", str(run_dir), *([flag] if flag else [])])
 
 
 def _print_agents(trainer: Any) -> None:
@@ -409,7 +433,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     names = [name for name, _, _ in suites]
     tables = suite_tables(records, names)
     if json_out is not None:
-        json_out.write_text(json.dumps({
+        write_atomic(json_out, json.dumps({
             "agents": [m[0] for m in models], "benchmarks": [{"name": n, "n": len(p)} for n, p, _ in suites],
             "k": args.k, "max_new_tokens": max_new, "results": records, "tables": tables}, indent=2) + "\n")
     if args.json:

@@ -165,6 +165,19 @@ class AlgorithmConfig(_Section):
     imitation_coef: float = Field(1.0, ge=0, description="imitation: λ of the supervised term, the mean over a "
                                   "minibatch's verified-correct (reward >= 1) answers of other agents of their "
                                   "token-mean NLL, added to GSPO on the learner's own answers")
+    rollout_correction: Literal["auto", "off", "truncate", "mask", "masked-is"] = Field(
+        "auto", description="own answers: weight each one's loss by w = exp(mean log π_old − mean log π_engine), "
+        "its trainer-pass over engine log-probs (hacrl.core.correction): truncate min(w, cap); mask 1 inside "
+        "[1/cap, cap], 0 outside; masked-is w inside, 0 outside; auto: truncate with the vllm engine, off with hf "
+        "(its log-probs are the training model's own). Where π_old is the engine's (not recomputed), w = 1")
+    rollout_correction_cap: float = Field(2.0, ge=1, description="rollout correction: the cap C of the "
+                                          "length-normalised weight (2: a mean gap of 0.69 nats per token)")
+
+    @field_validator("rollout_correction", mode="before")
+    @classmethod
+    def _off_is_not_false(cls, v: Any) -> Any:
+        """YAML reads a bare ``off`` (``--set algorithm.rollout_correction=off``) as false: it means the mode."""
+        return "off" if v is False else v
 
     @model_validator(mode="before")
     @classmethod
@@ -283,6 +296,7 @@ class Derived:
     rows_per_prompt: int  # rows of one prompt in a learner's view
     minibatch_size: int  # sequences per optimizer step
     num_minibatches: int  # optimizer steps per learner per training step
+    rollout_correction: str  # algorithm.rollout_correction with auto resolved (rollout_correction_mode)
 
 
 def default_minibatch(batch_size: int, rollouts_per_prompt: int, rows_per_prompt: int) -> int:
@@ -316,7 +330,31 @@ def derive(cfg: Config, *, shares_pool: bool, rollout_multiplier: int, needs_gro
             f"trainer.minibatch_size={mb}: must be a multiple of the {rows_per_prompt} answers per prompt and "
             f"divide the {rows} sequences each learner trains on per step; pick e.g. {rows // 2 if rows // 2 % rows_per_prompt == 0 else rows}"
         )
-    return Derived(group_size=g, rows_per_prompt=rows_per_prompt, minibatch_size=mb, num_minibatches=rows // mb)
+    return Derived(group_size=g, rows_per_prompt=rows_per_prompt, minibatch_size=mb, num_minibatches=rows // mb,
+                   rollout_correction=rollout_correction_mode(cfg))
+
+
+def rollout_correction_mode(cfg: Config) -> str:
+    """``algorithm.rollout_correction`` with ``auto`` resolved: ``truncate`` with the ``vllm`` engine, whose
+    log-probs are the temperature-1 policy's (vLLM's default raw log-probs) from kernels other than the training
+    pass's; ``off`` otherwise: ``hf`` samples with the training model itself, and vLLM's ``processed_logprobs``
+    at a temperature or top-p other than 1 are another distribution (the weight would measure the temperature,
+    not the engine). An explicit mode is kept as given.
+
+    >>> base = {"agents": [{"id": "a", "model": "m"}]}
+    >>> rollout_correction_mode(build_config({**base, "rollout": {"engine": "vllm"}}))
+    'truncate'
+    >>> rollout_correction_mode(build_config(base)), rollout_correction_mode(build_config(
+    ...     {**base, "algorithm": {"rollout_correction": "mask"}}))
+    ('off', 'mask')
+    """
+    mode = cfg.algorithm.rollout_correction
+    if mode != "auto":
+        return mode
+    r = cfg.rollout
+    tempered = r.engine_options.get("logprobs_mode") == "processed_logprobs" and (r.temperature != 1.0
+                                                                                 or r.top_p != 1.0)
+    return "truncate" if r.engine == "vllm" and not tempered else "off"
 
 
 # ---- loading ------------------------------------------------------------------------------------

@@ -420,7 +420,7 @@ def measure_update_peak(agent: Any, rows: list[Any], *, micro_batch_size: int,
     from hacrl.learner.sharding import optimizer_numel
     from hacrl.learner.update import LossSettings, update_learner
 
-    settings = LossSettings(0.2, 0.28, 1.0, 0.2, 0.025, 10.0, kl_coef, 1.0)
+    settings = LossSettings(0.2, 0.28, 1.0, 0.2, 0.025, 10.0, kl_coef, 1.0, "off", 2.0)
 
     def step() -> None:
         update_learner(agent, [rows], ALGORITHMS.get("gspo"), settings, micro_batch_size=micro_batch_size,

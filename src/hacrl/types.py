@@ -50,6 +50,10 @@ class Trajectory:
         token_ids: the source's own answer token ids: empty in transit, filled back in by the source's own
             worker for its update.
         token_logps: the source's rollout-time per-token log-probs (for token-level losses), likewise.
+        behav_logp_sum: the sum of the engine's own log-probs of the answer tokens where ``logp_sum`` is not the
+            engine's (π_old recomputed by the source's training pass): the behaviour policy of the rollout
+            correction (``hacrl.core.correction``). None: ``logp_sum`` is the engine's, behaviour and π_old are
+            one pass. Likewise filled in by the source's own worker only.
     """
 
     prompt_index: int
@@ -61,6 +65,7 @@ class Trajectory:
     reward: float | None = None
     token_ids: tuple[int, ...] = ()
     token_logps: tuple[float, ...] = ()
+    behav_logp_sum: float | None = None
 
     @property
     def logp_mean(self) -> float:

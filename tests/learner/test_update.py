@@ -30,7 +30,8 @@ from hacrl.trainer.trainer import Trainer
 
 # δ = 0.2, δ_step = 0.025: ℓ_0 = 0.8, ℓ_1 = 0.825, ℓ_2 = 0.85, ℓ_3 = 0.875
 SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
-                        kl_coef=0.0, imitation_coef=1.0)
+                        kl_coef=0.0, imitation_coef=1.0, rollout_correction="truncate",
+                        rollout_correction_cap=2.0)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -211,4 +211,9 @@ def test_hacrl_train_runs_with_the_vllm_engine(tmp_path, backend):
             assert 0 <= m[f"agent/{agent}/rollout/logp_gap_mean"] < TOL["float32"][0]
             assert m[f"agent/{agent}/rollout/logp_gap_max"] < TOL["float32"][1]
             assert m[f"agent/{agent}/optimizer_steps"] > 0
+            # the rollout correction (auto: truncate at 2 with vLLM) saw the engine's log-probs of the own
+            # answers: in float32 the length-normalised weight is 1 within the per-token gap, nothing cut
+            for stat in ("weight_mean", "weight_max", "weight_min", "applied_mean"):
+                assert abs(m[f"agent/{agent}/rollout_is/{stat}"] - 1.0) < TOL["float32"][0]
+            assert m[f"agent/{agent}/rollout_is/truncated_frac"] == m[f"agent/{agent}/rollout_is/masked_frac"] == 0
     assert (run / "checkpoints" / "step-000002" / "manifest.json").is_file()

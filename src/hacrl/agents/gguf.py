@@ -53,7 +53,7 @@ from hacrl.errors import InputError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GEMMA3", "PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "check_finetune_overlap", "check_pretrained",
+__all__ = ["GEMMA3", "GEMMA3_SFT", "PRETRAINED", "SMOLLM2", "SMOLLM2_SFT", "cache_dir", "check_finetune_overlap", "check_pretrained",
            "convert_gguf", "find_gemma3_gguf", "find_smollm2_gguf", "finetune_questions", "model_dir", "pretrained_path",
            "sft_cache_name", "sft_examples"]
 
@@ -243,10 +243,15 @@ SFT_DATA_VERSION = 2  # bump when sft_examples draws other examples: 2 = distinc
 SFT_RECIPE = {"examples": 64, "epochs": 1, "batch_size": 8, "lr": 1e-3, "r": 8, "alpha": 16.0, "seed": 0}
 # gentler copies, nearer the shipped model token by token (docs/results.md measures how near):
 # ``-light`` takes the same 8 steps at a fifth of the learning rate, ``-short`` 2 steps at the same one
+# ``gemma-3-270m-sft``: Gemma 3 270M (base) given the same warm-up on the same 64 answers, so that a SmolLM2
+# + Gemma pair differs in architecture, tokenizer and capability but not in which agent was shown the format
+# (a recipe without "base" starts from SmolLM2; the key is left out of those so their cache names stay put)
+GEMMA3_SFT = f"{GEMMA3}-sft"
 SFT_RECIPES: dict[str, dict[str, Any]] = {
     SMOLLM2_SFT: SFT_RECIPE,
     f"{SMOLLM2_SFT}-light": {**SFT_RECIPE, "lr": 2e-4},
     f"{SMOLLM2_SFT}-short": {**SFT_RECIPE, "examples": 16},
+    GEMMA3_SFT: {**SFT_RECIPE, "base": GEMMA3},
 }
 _SFT_SCAN = 5000  # item seeds SFT_SEED .. SFT_SEED + _SFT_SCAN - 1 are read, at most
 
@@ -298,7 +303,7 @@ def sft_cache_name(name: str) -> str:
     return f"{name}-v{SFT_DATA_VERSION}-{digest}"
 
 
-def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
+def _sft_copy(name: str = SMOLLM2_SFT) -> Path:
     import torch
 
     from hacrl.agents.agent import load_agent
@@ -311,7 +316,8 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
     task, options = SFT_TASK
     examples = sft_examples(r["examples"])
     pairs = [(PAPER_TEMPLATE.replace("{question}", question), answer) for question, answer in examples]
-    base = pretrained_path(SMOLLM2)
+    base_name = r.get("base", SMOLLM2)
+    base = pretrained_path(base_name)
     logger.info("making %s: a supervised pass over %d %s answers (once; later runs reuse it)",
                 out.name, len(pairs), task)
     with torch.random.fork_rng(devices=[]):  # a first-use run must not differ from later ones: keep its RNG
@@ -322,7 +328,7 @@ def _smollm2_sft(name: str = SMOLLM2_SFT) -> Path:
                                seed=r["seed"])
     model = agent.model.merge_and_unload()
     _save_atomically(model, agent.tokenizer, out, {
-        "base": SMOLLM2, "task": task, "options": options, "item_seed": SFT_SEED, **r, "losses": losses,
+        "base": base_name, "task": task, "options": options, "item_seed": SFT_SEED, **r, "losses": losses,
         "data_version": SFT_DATA_VERSION, "held_out_excluded": {"test_seed": HELD_OUT_SEED, "first": SFT_HELD_OUT},
         FINETUNE_KEY: [normalize_question(q) for q, _ in examples]})
     logger.info("made %s in %.1f s (loss %.3f -> %.3f)", out.name, time.perf_counter() - start,
@@ -339,7 +345,7 @@ def _gemma3() -> Path:
 
 
 PRETRAINED: dict[str, Callable[[], Path]] = {
-    SMOLLM2: _smollm2, **{name: functools.partial(_smollm2_sft, name) for name in SFT_RECIPES}, GEMMA3: _gemma3}
+    SMOLLM2: _smollm2, **{name: functools.partial(_sft_copy, name) for name in SFT_RECIPES}, GEMMA3: _gemma3}
 
 
 def check_pretrained(name: str) -> Path | None:
@@ -354,18 +360,19 @@ def check_pretrained(name: str) -> Path | None:
     cached = _cached(name)
     if cached is not None:
         return cached
+    if name in SFT_RECIPES:  # a fine-tuned copy: made from its converted base with reasoning-gym and peft
+        for module, extra in (("reasoning_gym", "gym"), ("peft", "lora")):
+            if importlib.util.find_spec(module) is None:
+                raise InputError(f"builtin:{name} is made on first use with {module}, which is not installed; "
+                                 f"install it with: pip install 'hacrl[{extra}]'")
+        name = SFT_RECIPES[name].get("base", SMOLLM2)
+        if _cached(name) is not None:
+            return None
     if name == GEMMA3:
         if importlib.util.find_spec(_GEMMA3_MODULE) is None:
             raise InputError(_GEMMA3_MISSING)
         _require_gguf()
         return None
-    if name != SMOLLM2:  # a fine-tuned copy: made from the converted model with reasoning-gym and peft
-        for module, extra in (("reasoning_gym", "gym"), ("peft", "lora")):
-            if importlib.util.find_spec(module) is None:
-                raise InputError(f"builtin:{name} is made on first use with {module}, which is not installed; "
-                                 f"install it with: pip install 'hacrl[{extra}]'")
-        if _cached(SMOLLM2) is not None:
-            return None
     find_smollm2_gguf()
     _require_gguf()
     return None

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from hacrl.agents.agent import DTYPES, Agent, load_agent, token_logprobs
-from hacrl.config import AgentSpec, Config, ConfigError
+from hacrl.config import AgentSpec, Config, ConfigError, rollout_correction_mode
 from hacrl.errors import DamagedCheckpoint, InputError, TrainingDiverged
 from hacrl.failpoints import failpoint
 from hacrl.learner.algorithms import ALGORITHMS
@@ -273,7 +273,8 @@ class AgentWorker:
 
     @torch.no_grad()
     def _recompute_logprobs(self, rendered: list[list[int]], samples: list[Sample]) -> list[Sample]:
-        """π_old as the training forward pass sees it (temperature ≠ 1, top-p < 1, or another engine)."""
+        """π_old as the training forward pass sees it (temperature ≠ 1, top-p < 1, or another engine); the
+        engine's own log-probs stay in ``behav_logps`` (the rollout correction's behaviour policy)."""
         out = []
         mb = self.cfg.trainer.micro_batch_size
         agent = self.agent
@@ -284,7 +285,7 @@ class AgentWorker:
                 logp_BT = token_logprobs(agent.model, batch).cpu()
             for i, s in enumerate(chunk):
                 lp = tuple(logp_BT[i][batch.answer_mask_BT[i]].tolist())
-                out.append(Sample(s.prompt_index, s.token_ids, lp, s.finished))
+                out.append(Sample(s.prompt_index, s.token_ids, lp, s.finished, behav_logps=s.logps))
         return out
 
     def update(self, pool: TrajectoryPool, omega_NN: torch.Tensor, capability_N: torch.Tensor,
@@ -303,7 +304,8 @@ class AgentWorker:
                           seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
         a = cfg.algorithm
         settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
-                                self.spec.kl_coef, a.imitation_coef)
+                                self.spec.kl_coef, a.imitation_coef, rollout_correction_mode(cfg),
+                                a.rollout_correction_cap)
         self._sleep_engine_for_training()
         ratios: dict[int, list[float]] | None = {} if cross_lower0 is not None else None
         metrics: dict[str, Any] = update_learner(
@@ -371,7 +373,8 @@ class AgentWorker:
             t = trajectories[i]
             if t.prompt_index != s.prompt_index or t.num_tokens != len(s.token_ids):
                 raise RuntimeError(f"agent {self.spec.id}: pool answer {i} does not match its rollout")
-            trajectories[i] = dataclasses.replace(t, token_ids=s.token_ids, token_logps=s.logps)
+            behav = float(sum(s.behav_logps)) if s.behav_logps is not None else None
+            trajectories[i] = dataclasses.replace(t, token_ids=s.token_ids, token_logps=s.logps, behav_logp_sum=behav)
         return TrajectoryPool(pool.problems, trajectories)
 
     def generate_answers(self, prompts: list[str], params: SamplingParams, batch_size: int = 256) -> list[Trajectory]:

@@ -6,6 +6,7 @@ resolved ambiguities are listed in docs/architecture.md.
 
 from hacrl.core.advantages import group_advantages, hacpo_advantages, omega_matrix
 from hacrl.core.capability import CapabilityTracker
+from hacrl.core.correction import ROLLOUT_CORRECTIONS, rollout_correction
 from hacrl.core.logprobs import selected_logprobs
 from hacrl.core.losses import (
     AGGREGATIONS,
@@ -29,6 +30,7 @@ __all__ = [
     "AGGREGATIONS",
     "OWN_METRICS",
     "POLICY_LOSSES",
+    "ROLLOUT_CORRECTIONS",
     "CapabilityTracker",
     "LossInputs",
     "PolicyLoss",
@@ -41,6 +43,7 @@ __all__ = [
     "imitation_loss",
     "kl_k3",
     "omega_matrix",
+    "rollout_correction",
     "selected_logprobs",
     "sequence_log_ratio",
     "sequence_nll",

@@ -92,8 +92,11 @@ def omega_matrix(capability: Tensor, *, ratio_min: float = OMEGA_MIN, ratio_max:
                  floor: float = CAPABILITY_FLOOR) -> Tensor:
     """ω^(k,j) = clamp(P̂_k / P̂_j, ratio_min, ratio_max) for every learner k (row) and source j (col).
 
-    A cross answer of source j scales learner k's update by the transposed entry ω^(j,k) = P̂_j / P̂_k:
-    above 1 when the source is the stronger agent.
+    The one convention for ω everywhere in hacrl: the first index is the learner k, the second the source
+    j, the value the learner's capability over the source's. It is entry ``[k, j]`` here, the metric
+    ``agent/<k>/omega/<j>`` and ω(k→j) in ``hacrl compare``'s report. Learner k's baseline weighs j's
+    rewards by ω^(k,j) (eq. 7); its update weighs j's answers by the transposed entry ω^(j,k) = P̂_j / P̂_k
+    (eq. 50), above 1 when the source is the stronger agent.
 
     Args:
         capability: float[N], the smoothed success rate P̂ of each agent (floored at ``floor`` here).
@@ -123,7 +126,7 @@ def hacpo_advantages(
 
     Every answer in a group (all N·G answers to one prompt, whoever wrote them) gets the learner's
     advantage A_i = (R_i − μ̂_k) / (std(R_group) + eps), with the capability-adjusted baseline
-    μ̂_k = (1/|group|) Σ_i ω^(k, src(i)) R_i.
+    ``μ̂_k = (1/|group|) Σ_i ω^(k, src(i)) R_i``.
 
     Args:
         rewards: float[B], one reward per answer.

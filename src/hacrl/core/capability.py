@@ -21,7 +21,7 @@ class CapabilityTracker:
         num_agents: N.
         window: K, the number of steps averaged (the current one included).
         floor: lower bound on P̂ (avoids division by zero for an agent that never succeeds).
-        ratio_min, ratio_max: clamp of ω = P̂_k / P̂_j.
+        ratio_min, ratio_max: clamp of ω^(k,j) = P̂_k / P̂_j (learner k, source j).
     """
 
     def __init__(

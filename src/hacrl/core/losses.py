@@ -2,7 +2,8 @@
 
 Every entry of ``POLICY_LOSSES`` has one signature (``PolicyLoss``): a ``LossInputs`` holding the rows'
 tensors (the learner's current token log-probs in its own tokenization, the answer mask, π_old, advantages,
-which rows are the learner's own, ω, which rows to imitate, the reference's log-probs) and the same keyword
+which rows are the learner's own, ω, which rows to imitate, the reference's log-probs, the rollout correction's
+weights of own rows, ``hacrl.core.correction``) and the same keyword
 settings, so the learner calls whichever the algorithm names without knowing which it is. GSPO is HACPO's
 loss with every row own, computed by the same code. Each loss computes in float32 whatever the input dtype and returns
 ``(loss, metrics)``: a scalar to minimise and a dict of detached tensors (no ``.item()``). The loss is
@@ -41,12 +42,16 @@ class LossInputs:
             agents' answers: the source's rollout-time mean token log-prob over the source's tokens.
             Needed by the sequence-level losses (hacpo, gspo).
         own_B: bool[B], the learner wrote the answer; None: every row is the learner's own.
-        omega_B: float[B], ω^(source, learner) = P̂_source / P̂_learner (clamped) of cross answers, ignored
-            on own answers; None: 1 everywhere.
+        omega_B: float[B], each cross answer's weight in learner k's update: ω^(j,k) = clamp(P̂_j / P̂_k)
+            for its source j, the transposed entry ``omega_matrix(capability)[j, k]`` (ω^(k,j) being learner
+            over source); ignored on own answers; None: 1 everywhere.
         old_logp_BT: float[B, T], rollout-time token log-probs under the answer tokens (own answers only).
             Needed by the token-level loss (grpo).
         ref_logp_BT: float[B, T], reference-model log-probs for the KL term, or None (no KL term).
         imitate_B: bool[B], other agents' answers the imitation loss learns from (verified correct); None: none.
+        rollout_weight_B: float[B], the rollout correction's weight of each row (``hacrl.core.correction``:
+            π_prox / π_behav, truncated or masked), detached: it multiplies an own row's policy-gradient term
+            (not its KL term); other agents' rows are not corrected (their weight is ignored). None: 1.
         own_share, imitate_share: when these rows are a micro-batch of a minibatch, the share of the
             minibatch's rows that are own (``own_B``) / imitated (``imitate_B``), so a loss that averages over
             those subsets divides by the minibatch's counts (share × these rows' number); None: these rows are
@@ -62,6 +67,7 @@ class LossInputs:
     old_logp_BT: Tensor | None = None
     ref_logp_BT: Tensor | None = None
     imitate_B: Tensor | None = None
+    rollout_weight_B: Tensor | None = None
     own_share: float | None = None
     imitate_share: float | None = None
 
@@ -71,7 +77,7 @@ class LossInputs:
             raise ValueError(f"logp and mask must be [B, T] of one shape, got {shape} and {tuple(self.mask_BT.shape)}")
         if shape[0] == 0:
             raise ValueError("empty minibatch: logp has no sequences")
-        for name in ("advantages_B", "old_logp_mean_B", "own_B", "omega_B", "imitate_B"):
+        for name in ("advantages_B", "old_logp_mean_B", "own_B", "omega_B", "imitate_B", "rollout_weight_B"):
             t = getattr(self, name)
             if t is not None and tuple(t.shape) != shape[:1]:
                 raise ValueError(f"{name} must be [{shape[0]}], got {tuple(t.shape)}")
@@ -179,6 +185,13 @@ def _kl_term(
     return penalty, _masked_mean(kl_B.detach(), on_B)
 
 
+def _rollout_weight(inputs: LossInputs) -> Tensor:
+    """float32[B]: each row's rollout-correction weight, detached (1 without one)."""
+    if inputs.rollout_weight_B is None:
+        return torch.ones(inputs.logp_BT.shape[0], dtype=torch.float32, device=inputs.logp_BT.device)
+    return inputs.rollout_weight_B.detach().float()
+
+
 def _own_objective(s_B: Tensor, adv_B: Tensor, clip_low: float, clip_high: float) -> tuple[Tensor, Tensor]:
     """GSPO's pessimistic clipped term min(s·A, clip(s, 1−ε_l, 1+ε_h)·A) and where clipping binds."""
     clipped_B = s_B.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -216,8 +229,9 @@ def hacpo_loss(
 
     Returns:
         (loss, metrics). loss = −mean_i J_i (+ β·KL on own answers), with
-        own:   J_i = min(s_i A_i, clip(s_i, 1−ε_l, 1+ε_h) A_i)
-        cross: J_i = c_i · sg(c_i)^α · ω_i · A_i,  c_i = clip(s_i, cross_lower, 1).
+        own:   J_i = w̃_i · min(s_i A_i, clip(s_i, 1−ε_l, 1+ε_h) A_i)
+        cross: J_i = c_i · sg(c_i)^α · ω_i · A_i,  c_i = clip(s_i, cross_lower, 1),
+        w̃_i the own row's detached rollout-correction weight (``inputs.rollout_weight_B``, 1 without one).
     """
     if inputs.old_logp_mean_B is None:
         raise ValueError("hacpo/gspo need old_logp_mean_B, the rollout-time mean token log-prob of each row")
@@ -230,8 +244,9 @@ def hacpo_loss(
     log_ratio_B, nonempty_B = sequence_log_ratio(logp, mask, inputs.old_logp_mean_B, max_log_ratio=max_log_ratio)
     s_B = torch.exp(log_ratio_B)
 
-    # eqs. 47-49: own answers, GSPO's clipped surrogate
+    # eqs. 47-49: own answers, GSPO's clipped surrogate, times the rollout correction w̃ = sg(trunc(π_prox/π_behav))
     own_obj_B, own_clipped_B = _own_objective(s_B, adv_B, clip_low, clip_high)
+    own_obj_B = _rollout_weight(inputs) * own_obj_B
 
     # eqs. 50-52: other agents' answers, clip(s, ℓ_m, 1) · sg(clip(s, ℓ_m, 1))^α · ω^(j,k) · A
     if isinstance(cross_lower, Tensor):
@@ -315,7 +330,8 @@ def grpo_loss(
     imitation_coef: float = 1.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO with DAPO's clip-higher: token-level ratios r_t = π_θ(y_t)/π_old(y_t), clipped surrogate
-    min(r_t A, clip(r_t, 1−ε_l, 1+ε_h) A), aggregated seq-mean-token-mean (DAPO's radii are 0.2 / 0.28).
+    min(r_t A, clip(r_t, 1−ε_l, 1+ε_h) A), aggregated seq-mean-token-mean (DAPO's radii are 0.2 / 0.28), each
+    sequence's tokens times its rollout-correction weight (``inputs.rollout_weight_B``).
 
     Needs ``inputs.old_logp_BT`` (the rollout-time log-probs of the same tokens). Every row counts as the
     learner's own: ``own_B``, ``omega_B``, ``old_logp_mean_B`` and the cross settings have no effect.
@@ -329,7 +345,8 @@ def grpo_loss(
     r_BT = torch.exp(log_r_BT)
     adv_B1 = inputs.advantages_B.float()[:, None]
     clipped_BT = r_BT.clamp(1.0 - clip_low, 1.0 + clip_high)
-    obj_BT = torch.minimum(r_BT * adv_B1, clipped_BT * adv_B1)
+    # w̃_i · min(r_t A_i, clip(r_t, 1−ε_l, 1+ε_h) A_i): the sequence's rollout-correction weight on each of its tokens
+    obj_BT = torch.minimum(r_BT * adv_B1, clipped_BT * adv_B1) * _rollout_weight(inputs)[:, None]
     pg_loss = -aggregate(obj_BT, m_BT, mode="seq-mean-token-mean")
     nonempty_B = m_BT.sum(-1) > 0
     kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, nonempty_B)
@@ -376,10 +393,12 @@ def imitation_loss(
     """The imitation baseline ("just distil the partner"): GSPO on the learner's own answers plus a supervised
     term on the other agents' verified-correct answers (``inputs.imitate_B``), λ = ``imitation_coef``.
 
-    loss = GSPO_own + λ · NLL_cross, over the minibatch the rows belong to:
-        GSPO_own  = −(1/n_own) Σ_{own i} J_i + β·(1/n_own) Σ_{own i} KL_i,  J_i = min(s_i A_i, clip(s_i, 1−ε_l, 1+ε_h) A_i)
+    loss = GSPO_own + λ · NLL_cross, over the minibatch the rows belong to::
+
+        GSPO_own  = −(1/n_own) Σ_{own i} J_i + β·(1/n_own) Σ_{own i} KL_i,  J_i = w̃_i·min(s_i A_i, clip(s_i, 1−ε_l, 1+ε_h) A_i)
         NLL_cross = (1/n_imit) Σ_{imitated i} −(1/L_i) Σ_t log π_θ(y_i,t)   (L_i: the answer's tokens in the learner's
                     tokenization)
+
     n_own, n_imit: the minibatch's own and imitated rows (``own_share`` / ``imitate_share`` × these rows when they
     are a micro-batch of it, see ``LossInputs``), so each term is a mean over its own rows and micro-batches
     weighted by their share of the minibatch's rows add up to it exactly. Rows that are neither (other agents'
@@ -403,7 +422,7 @@ def imitation_loss(
 
     # GSPO on own answers (eqs. 47-49), a mean over the minibatch's own rows
     own_obj_B, own_clipped_B = _own_objective(s_B, adv_B, clip_low, clip_high)
-    own_obj_B = torch.where(own_B & nonempty_B, own_obj_B, torch.zeros_like(own_obj_B))
+    own_obj_B = torch.where(own_B & nonempty_B, _rollout_weight(inputs) * own_obj_B, torch.zeros_like(own_obj_B))
     pg_loss = -_subset_mean(own_obj_B.sum(), own_B, inputs.own_share)
     kl_sum_over_b, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, own_B & nonempty_B)
     kl_penalty = _subset_mean(kl_sum_over_b * logp.shape[0], own_B, inputs.own_share)

@@ -31,6 +31,7 @@ from hacrl.core import (
     LossInputs,
     group_advantages,
     hacpo_advantages,
+    rollout_correction,
     sequence_log_ratio,
     stepwise_lower_bound,
     stepwise_tightened,
@@ -58,6 +59,10 @@ class ViewRow:
     truncated: bool = False
     advantage: float = 0.0
     omega: float = 1.0
+    # own answers whose π_old (old_logp_mean) was recomputed by the training pass: the engine's mean token
+    # log-prob, the rollout correction's behaviour policy; None: old_logp_mean is the engine's own
+    behav_logp_mean: float | None = None
+    rollout_weight: float = 1.0  # the rollout correction's weight (assign_rollout_weights); 1 on cross answers
 
 
 def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: dict[int, str]) -> list[ViewRow]:
@@ -67,8 +72,9 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
     for t in pool.scored(sources):
         prompt_ids = learner.render_prompt(prompts[t.prompt_index])
         if t.source == learner.index:
+            behav = t.behav_logp_sum / max(t.num_tokens, 1) if t.behav_logp_sum is not None else None
             rows.append(ViewRow(t.prompt_index, t.source, True, prompt_ids, list(t.token_ids), t.logp_mean,
-                                t.token_logps, float(t.reward)))
+                                t.token_logps, float(t.reward), behav_logp_mean=behav))
         else:
             answer_ids, truncated = learner.encode_answer(t.text, t.finished)
             rows.append(ViewRow(t.prompt_index, t.source, False, prompt_ids, answer_ids, t.logp_mean, None,
@@ -143,6 +149,10 @@ class LossSettings:
     max_log_ratio: float
     kl_coef: float
     imitation_coef: float  # λ of the imitation loss (``algorithm.imitation_coef``); no default: every caller says it
+    # the rollout correction of own answers (``hacrl.core.correction``): a resolved mode (off, truncate, mask,
+    # masked-is: ``hacrl.config.rollout_correction_mode``) and its cap C; no defaults either
+    rollout_correction: str
+    rollout_correction_cap: float
 
 
 def loss_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[float] | None = None) -> dict[str, Any]:
@@ -156,6 +166,26 @@ def loss_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[flo
     return {"clip_low": s.clip_low, "clip_high": s.clip_high, "alpha": 0.0 if algo.alpha_zero else s.alpha,
             "cross_lower": lower, "cross_clip": algo.cross_clip, "max_log_ratio": s.max_log_ratio,
             "kl_coef": s.kl_coef, "imitation_coef": s.imitation_coef}
+
+
+def assign_rollout_weights(rows: list[ViewRow], s: LossSettings) -> dict[str, float]:
+    """Fill ``rollout_weight`` of the own rows that carry the engine's log-prob (in place) and return the
+    correction's metrics (``hacrl.core.rollout_correction``): π_prox = the row's ``old_logp_mean`` (the
+    training pass before the update), π_behav = its ``behav_logp_mean`` (the engine's). Without such rows
+    (π_old is the engine's own log-prob, the hf engine at temperature 1) the weight is 1 by construction: the
+    rows keep 1 and there are no metrics. Cross rows always keep 1: their ratio already divides by their
+    author's π_old (docs/architecture.md, "Rollout correction")."""
+    own = [r for r in rows if r.is_own and r.behav_logp_mean is not None]
+    if not own:
+        return {}
+    n_B = torch.tensor([len(r.answer_ids) for r in own], dtype=torch.float64)
+    weights_B, metrics = rollout_correction(
+        prox_logp_sum_B=torch.tensor([r.old_logp_mean for r in own], dtype=torch.float64) * n_B,
+        behav_logp_sum_B=torch.tensor([r.behav_logp_mean for r in own], dtype=torch.float64) * n_B,
+        num_tokens_B=n_B, mode=s.rollout_correction, cap=s.rollout_correction_cap, max_log_ratio=s.max_log_ratio)
+    for r, w in zip(own, weights_B.tolist(), strict=True):
+        r.rollout_weight = w
+    return {k: float(v) for k, v in metrics.items() if k != "count"}
 
 
 def _old_token_logps(rows: list[ViewRow], answer_mask_BT: Tensor) -> Tensor:
@@ -185,6 +215,7 @@ def loss_inputs(micro: list[ViewRow], algo: Algorithm, logp_BT: Tensor, answer_m
         old_logp_BT=_old_token_logps(micro, answer_mask_BT).to(device) if algo.token_level else None,
         ref_logp_BT=ref_BT,
         imitate_B=torch.tensor([imitated(r) for r in micro], device=device),
+        rollout_weight_B=torch.tensor([r.rollout_weight for r in micro], device=device),
         own_share=own_share,
         imitate_share=imitate_share,
     )
@@ -203,7 +234,8 @@ def update_learner(
     cross_lower0: Sequence[float] | None = None,
     observed_ratios: dict[int, list[float]] | None = None,
 ) -> dict[str, float]:
-    """Run one optimizer step per minibatch; returns metrics averaged over minibatches (weighted by rows).
+    """Run one optimizer step per minibatch; returns metrics averaged over minibatches (weighted by rows), and
+    the rollout correction's (``rollout_is/*``, over the own answers, once: ``assign_rollout_weights``).
 
     ``cross_lower0`` (the adaptive cross window, ``hacrl.core.window``): ℓ_0 per source agent, in place of
     1 − δ; the stepwise tightening ℓ_m = min(1, ℓ_0 + m·δ_step) applies to each. ``observed_ratios`` (filled
@@ -223,6 +255,8 @@ def update_learner(
     shared = shared_prompt and supports_shared_prompt(agent.model)
     sharded = is_sharded(agent.model)
     clock = PhaseClock()
+    # the rollout correction's weights: fixed for the whole update (π_prox and π_behav do not move), every rank alike
+    correction = assign_rollout_weights([r for mb in mbs for r in mb], settings)
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = loss_settings(algo, settings, m)
@@ -265,6 +299,7 @@ def update_learner(
         if observed_ratios is not None:
             _merge_ratios(observed_ratios, dp_group)
     out = {k: totals[k] / weights[k] for k in totals if weights[k] > 0}
+    out.update({f"rollout_is/{k}": v for k, v in correction.items()})
     out.update({f"busy_{phase}_s": seconds for phase, seconds in clock.seconds.items()})  # this rank's
     return out
 

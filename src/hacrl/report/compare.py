@@ -1,4 +1,4 @@
-"""``hacrl compare``: train every algorithm × seed on one config, then write a comparison report.
+"""``hacrl compare``: train every algorithm × seed on one config, then write a comparison report::
 
     output_dir/
       runs/<algo>/seed-<s>/   ordinary run directories (see docs/architecture.md), plus compare.json
@@ -45,6 +45,7 @@ from hacrl.report.runs import (
     remove_checkpoints,
 )
 from hacrl.report.summary import summarize
+from hacrl.trainer.files import write_atomic
 
 # ---- argument checks --------------------------------------------------------------------------------
 
@@ -234,9 +235,10 @@ def run_comparison(
     plots = write_plots(summary, output_dir / "plots")
     summary["plots"] = [str(p.relative_to(output_dir)) for p in plots]
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2, allow_nan=False))
+    # each file whole or not at all (a full disk is one line, and the same command writes them again)
+    write_atomic(output_dir / "summary.json", json.dumps(_jsonable(summary), indent=2, allow_nan=False))
     report = output_dir / "report.md"
-    report.write_text(render_report(summary))
+    write_atomic(report, render_report(summary))
     return report
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 DEFAULT_ALGOS = "hacpo,gspo,gspo2x"
 DEFAULT_SEEDS = "3"
+COMPARE_FIX = ("free space, then run the same command again (finished runs are reused, the others continue "
+               "from their last checkpoint)")
 
 
 def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -44,7 +46,9 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from hacrl.errors import DiskFull
     from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
+    from hacrl.trainer.files import as_disk_full
 
     algos = parse_algos(args.algos)
     seeds = parse_seeds(args.seeds)
@@ -72,6 +76,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
               file=sys.stderr)
         return 130
+    except OSError as exc:  # ENOSPC from a write not made through hacrl.trainer.files (a mkdir)
+        full = as_disk_full(exc, output)
+        if full is None:
+            raise
+        print(f"hacrl: error: {full.describe()}; {COMPARE_FIX}", file=sys.stderr)
+        return 2
+    except DiskFull as exc:
+        print(f"hacrl: error: {exc.describe()}; {COMPARE_FIX}", file=sys.stderr)
+        return 2
     if report is not None:
         print(f"hacrl: report in {report}")
     return 0

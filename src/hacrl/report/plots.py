@@ -6,8 +6,11 @@ matplotlib is optional and imported inside :func:`write_plots`; without it no pl
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
+
+from hacrl.trainer.files import write_atomic
 
 
 def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
@@ -24,21 +27,6 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
     algos = summary["algorithms"]
     colors = {a: f"C{i}" for i, a in enumerate(algos)}
 
-    def band(ax: Any, curve: dict[str, list], label: str, color: str, lo: float | None = None,
-             hi: float | None = None, x: str = "steps") -> None:
-        """The mean over seeds against ``curve[x]``, with a band of ± one sd over seeds (clipped to [lo, hi])."""
-        if not curve["steps"]:
-            return
-        ax.plot(curve[x], curve["mean"], marker="o", ms=3, label=label, color=color)
-        if any(sd is not None for sd in curve["sd"]):
-            low = [m - (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
-            high = [m + (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
-            if lo is not None:
-                low = [max(lo, v) for v in low]
-            if hi is not None:
-                high = [min(hi, v) for v in high]
-            ax.fill_between(curve[x], low, high, alpha=0.2, color=color, linewidth=0)
-
     from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator, ScalarFormatter
 
     def small_panel(ax: Any, title: str) -> None:  # one panel of the omega / cross-window rows
@@ -50,22 +38,13 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
     n_seeds = len(summary["seeds"])
     for agent, per_algo in summary["results"].items():
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-        values = [v for algo in algos for v in per_algo[algo]["curve"]["mean"] if v is not None]
-        for ax, x, xlabel in ((axes[0], "steps", "training step"),
-                              (axes[1], "answers", f"answers {agent} generated in training")):
-            for algo in algos:
-                if x in per_algo[algo]["curve"]:  # a summary from before the cost axis has steps only
-                    band(ax, per_algo[algo]["curve"], algo, colors[algo], 0.0, 1.0, x=x)
-            if values and max(values) - min(values) < 1e-9:  # flat curves: show the whole [0, 1] range
-                ax.set_ylim(-0.02, 1.02)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel(xlabel)
-            ax.grid(alpha=0.3)
+        draw_curves(axes[0], per_algo, algos, colors)
+        draw_curves(axes[1], per_algo, algos, colors, x="answers", xlabel=f"answers {agent} generated in training")
         axes[0].set_ylabel("held-out greedy accuracy")
         axes[0].legend()
         fig.suptitle(f"{agent}: mean over {n_seeds} seed{'s' if n_seeds != 1 else ''}"
                      + (" (band ± sd)" if n_seeds > 1 else ""), fontsize=10)
-        written.append(_save(fig, plots_dir / f"curve-{agent}.png"))
+        written.append(save_figure(fig, plots_dir / f"curve-{agent}.png"))
 
     diag = summary["diagnostics"]
     if diag:
@@ -73,7 +52,7 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 3.6), squeeze=False)
         for ax, (a, o) in zip(axes[0], pairs, strict=True):
             for algo, d in diag.items():
-                band(ax, d[a]["omega"][o]["curve"], algo, colors[algo], 0.1, 10.0)
+                _band(ax, d[a]["omega"][o]["curve"], algo, colors[algo], 0.1, 10.0)
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
             ax.set_yscale("log")
             ax.set_ylim(0.09, 11)
@@ -84,7 +63,7 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
         axes[0][0].set_ylabel("ω = capability ratio")
         if axes[0][0].get_legend_handles_labels()[0]:  # runs that logged no ω draw no line
             axes[0][0].legend(fontsize=8)
-        written.append(_save(fig, plots_dir / "omega.png"))
+        written.append(save_figure(fig, plots_dir / "omega.png"))
 
         logged = [(algo, d) for algo, d in diag.items()
                   if any(x["in_window_curve"]["steps"] for x in d.values())]
@@ -93,20 +72,56 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
             fig, axes = plt.subplots(1, len(agents), figsize=(4.5 * len(agents), 3.6), squeeze=False)
             for ax, agent in zip(axes[0], agents, strict=True):
                 for algo, d in logged:
-                    band(ax, d[agent]["in_window_curve"], algo, colors[algo], 0.0, 1.0)
+                    _band(ax, d[agent]["in_window_curve"], algo, colors[algo], 0.0, 1.0)
                 ax.set_ylim(-0.02, 1.02)
                 small_panel(ax, f"{agent} learning from the others")
             axes[0][0].set_ylabel("cross answers inside the clip window")
             axes[0][0].legend(fontsize=8)
-            written.append(_save(fig, plots_dir / "cross-window.png"))
+            written.append(save_figure(fig, plots_dir / "cross-window.png"))
     return written
 
 
-def _save(fig: Any, path: Path) -> Path:
+def draw_curves(ax: Any, per_algo: dict[str, Any], algos: list[str], colors: dict[str, str], *,
+                x: str = "steps", xlabel: str = "training step") -> None:
+    """One agent's held-out accuracy curves on ``ax``: for each of ``algos``, the mean over seeds of
+    ``per_algo[algo]["curve"]`` (summary.json's ``results.<agent>.<algo>.curve``) against ``x`` ("steps" or
+    "answers", the answers the agent generated), with a band of ± one sd over seeds, in ``colors[algo]``."""
+    from matplotlib.ticker import MaxNLocator
+
+    for algo in algos:
+        if x in per_algo[algo]["curve"]:  # a summary from before the cost axis has steps only
+            _band(ax, per_algo[algo]["curve"], algo, colors[algo], 0.0, 1.0, x=x)
+    values = [v for algo in algos for v in per_algo[algo]["curve"]["mean"] if v is not None]
+    if values and max(values) - min(values) < 1e-9:  # flat curves: show the whole [0, 1] range
+        ax.set_ylim(-0.02, 1.02)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+
+
+def _band(ax: Any, curve: dict[str, list], label: str, color: str, lo: float | None = None,
+          hi: float | None = None, x: str = "steps") -> None:
+    """The mean over seeds against ``curve[x]``, with a band of ± one sd over seeds (clipped to [lo, hi])."""
+    if not curve["steps"]:
+        return
+    ax.plot(curve[x], curve["mean"], marker="o", ms=3, label=label, color=color)
+    if any(sd is not None for sd in curve["sd"]):
+        low = [m - (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
+        high = [m + (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
+        if lo is not None:
+            low = [max(lo, v) for v in low]
+        if hi is not None:
+            high = [min(hi, v) for v in high]
+        ax.fill_between(curve[x], low, high, alpha=0.2, color=color, linewidth=0)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
     """Lay out, write (100 dpi) and close ``fig``; returns ``path``."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    write_atomic(path, png.getvalue())  # whole or not at all
     return path

@@ -234,8 +234,10 @@ def render_report(summary: dict[str, Any]) -> str:
                   "its author's at rollout time (exp of the difference of mean token log-probs); *inside "
                   "window*: share of cross answers whose ratio lay in the stepwise clip window [ℓ_m, 1] and "
                   "so gave gradient; *below* / *above*: clipped at the lower / upper bound. All are means "
-                  "over steps and seeds. *ω(k→j)*: capability of the learner k over that of the source j "
-                  "(clamped to [0.1, 10])."), ""]
+                  "over steps and seeds. *ω*, in learner k's row under →j: ω(k→j) = ω^(k,j) = P̂_k / P̂_j, "
+                  "the capability of the learner k over that of the source j (clamped to [0.1, 10]); k's "
+                  "baseline weighs j's rewards by it, k's update weighs j's answers by its inverse ω(j→k)."),
+              ""]
         for name, title in (("omega.png", "ω over time"),
                             ("cross-window.png", "cross answers inside the window")):
             if f"plots/{name}" in plots:

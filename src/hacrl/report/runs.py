@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from hacrl.config import Config, ConfigError, resume_conflict
+from hacrl.trainer.files import write_atomic
 from hacrl.trainer.rundir import RunLock, has_content, remove_run
 from hacrl.trainer.sinks import is_task_record, read_evals, read_jsonl, read_problem_evals, read_sampled_evals
 
@@ -63,9 +64,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
 
 
 def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
-    tmp = run_dir / (RUN_RECORD + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    tmp.replace(run_dir / RUN_RECORD)
+    write_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2))  # via compare.json.tmp
 
 
 def pruned_run_steps(run_dir: Path) -> int | None:

@@ -6,10 +6,52 @@
 - :class:`RewardScorer` - score a batch with per-answer time limits in worker processes (or inline),
   counting errors, None, NaN and timeouts in a :class:`ScoreResult`.
 
-A reward is ``fn(completion: str, sample: dict) -> float | None``; ``sample["answer"]`` is the ground
-truth. None means "unscorable, skip". Importing this package does not import math-verify.
-"""
+Importing this package does not import math-verify.
 
+**The contract.** Every reward (the registered ones, a user's ``module:function`` or ``file.py:function``
+named by ``task.reward``, a task's own verifier) is called as ``fn(completion, sample) -> float | None``
+(:data:`~hacrl.rewards.base.RewardFn`), for training answers, the evaluations in eval.jsonl and ``hacrl eval`` alike:
+
+``completion`` (str)
+    One agent's answer as text: the tokens it generated after the prompt, decoded without special tokens
+    (no EOS, no chat markup), not stripped. Every agent's answer arrives as text, whatever its tokenizer.
+
+``sample`` (dict)
+    The problem's :meth:`hacrl.types.Problem.as_sample`: its metadata fields first, then ``prompt``,
+    ``answer`` and ``problem_id``, so these three win over a metadata field of the same name.
+
+    - ``answer``: the ground truth as a string, as the data has it (GSM8K: the whole solution,
+      ``"... #### 72"``).
+    - ``prompt``: the question inside ``task.prompt_template``, as the agents get it before any chat
+      template.
+    - ``problem_id``: a stable id: ``add2/07+85``, ``<file stem>/<row>`` for a data file (or its
+      ``id_field``), ``basic_arithmetic/test/3``.
+    - metadata, by ``task.kind``. ``builtin``: the task's own fields (``add2``: ``a``, ``b``, ``op``) and
+      ``split`` (``"train"`` or ``"test"``). ``dataset``: ``row`` (the row's index in its file) and
+      ``question`` (before the template); a question given as chat messages adds ``templated`` and
+      ``system``, verl's parquet layout ``data_source`` and ``ability``; the rows' other columns are not
+      passed on. ``reasoning-gym``: ``split``, ``question`` and ``metadata`` (the generator's own dict).
+      Benchmarks (``trainer.eval_benchmarks``, ``hacrl eval --benchmark``, scored with ``math``): the
+      reader's fields, ``question`` and ``benchmark``.
+
+returns (float or None)
+    1.0 for a correct answer, 0.0 for a wrong one: an agent's capability P̂ (hence ω) is its mean
+    reward and ``agent/<id>/accuracy`` counts rewards >= 1; partial credit works, kept in [0, 1]. None
+    means "cannot score this one": the answer stays in the samples log but is left out of every group,
+    capability and loss; it is not a wrong answer. Raising, NaN or inf, a non-number and running past
+    ``task.reward_timeout_s`` count as unscorable too, and the step goes on.
+
+A reward of your own, called as the trainer calls it:
+
+>>> from hacrl.types import Problem
+>>> def ends_with_answer(completion, sample):
+...     return float(completion.strip().endswith(sample["answer"]))
+>>> sample = Problem("add2/07+85", "07+85=", "92", {"a": 7, "b": 85, "op": "+", "split": "test"}).as_sample()
+>>> sample["problem_id"], ends_with_answer("so 92", sample), ends_with_answer("93", sample)
+('add2/07+85', 1.0, 0.0)
+
+docs/howto-reward.md walks through writing, naming and testing one.
+"""
 from hacrl.rewards import basic, math_reward  # noqa: F401  (registers the built-in rewards)
 from hacrl.rewards.base import REWARDS, RewardFn, get_reward, spec_of
 from hacrl.rewards.scorer import KINDS, RewardScorer, ScoreResult, call_reward, check_value

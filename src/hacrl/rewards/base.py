@@ -1,10 +1,9 @@
 """The reward registry and the resolver for reward specs.
 
-A reward function has the signature ``(completion: str, sample: dict) -> float | None``. ``sample``
-holds at least ``answer`` (the ground-truth string); in training and evaluation it is the problem's
-``Problem.as_sample()``: the task's metadata fields, ``prompt``, ``answer`` and ``problem_id``. The
-tasks' own verifiers have the same signature. ``None`` means "unscorable, skip this answer"; it is not
-the same as a wrong answer (0.0).
+A reward function has the signature ``(completion: str, sample: dict) -> float | None`` (:data:`RewardFn`;
+what ``sample`` holds and what to return: the contract in :mod:`hacrl.rewards`). ``sample`` holds at least
+``answer`` (the ground-truth string). ``None`` means "unscorable, skip this answer"; it is not the same as
+a wrong answer (0.0).
 
 A *spec* names a reward: a registry name (``"exact"``, ``"numeric"``, ``"math"``), or a user function
 given as ``"package.module:function"`` or ``"path/to/file.py:function"``. Specs are plain strings, so
@@ -24,6 +23,8 @@ from typing import Any
 
 from hacrl.registry import Registry
 
+#: ``fn(completion, sample) -> float | None``: an answer's text and its problem's ``Problem.as_sample()``
+#: in, a score or None ("unscorable") out; the contract in :mod:`hacrl.rewards`.
 RewardFn = Callable[[str, dict[str, Any]], "float | None"]
 
 REWARDS: Registry[RewardFn] = Registry("reward")

@@ -23,12 +23,17 @@ class SamplingParams:
 class Sample:
     """One generated answer: token ids (EOS included when ``finished``) and their log-probs under the
     sampling distribution (temperature and top-p applied; at temperature 1 and top-p 1 these are the
-    policy's own log-probs)."""
+    policy's own log-probs).
+
+    ``behav_logps``: None as an engine returns it. When the worker recomputes π_old by the training forward
+    pass, ``logps`` become that pass's and the engine's own go here (the behaviour policy's, for the rollout
+    correction, ``hacrl.core.correction``)."""
 
     prompt_index: int
     token_ids: tuple[int, ...]
     logps: tuple[float, ...]
     finished: bool
+    behav_logps: tuple[float, ...] | None = None
 
 
 class RolloutEngine(Protocol):

@@ -18,7 +18,8 @@ Design:
 - **Log-probs.** vLLM V1 returns *raw* log-probs by default (``logprobs_mode="raw_logprobs"``: the model's
   log-softmax before temperature / top-p), i.e. ``Sample.logps`` holds the temperature-1 policy's
   log-probs at every temperature, unlike ``hf``. The trainer recomputes π_old by the training forward
-  pass for this engine, so these serve only to measure the engine/trainer mismatch.
+  pass for this engine; these measure the engine/trainer mismatch and are the behaviour policy of the
+  rollout correction (``algorithm.rollout_correction``, ``hacrl.core.correction``: on by default here).
 - **Weight sync** (``sync_weights``, after each update): through vLLM's public RPC, not its internals.
   Every engine is built with ``worker_extension_cls=`` :class:`WeightSyncExtension`, which vLLM mixes
   into its worker class; ``LLM.collective_rpc("hacrl_load_weights", ...)`` then hands the worker the

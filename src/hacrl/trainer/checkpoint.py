@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from hacrl.errors import DamagedCheckpoint
+from hacrl.errors import DamagedCheckpoint, DiskFull
 from hacrl.failpoints import failpoint
+from hacrl.trainer.files import disk_full, free_bytes, guard, is_disk_full
 
 MANIFEST = "manifest.json"
 STATE = "trainer_state.pt"
@@ -54,21 +55,33 @@ def save_checkpoint(
     """Write ``step-<step>`` atomically and prune older checkpoints beyond ``keep_last``.
 
     ``write_agents(tmp)`` writes every agent under ``tmp/agents/<id>`` (the workers do it, wherever they run:
-    on a Ray cluster the run directory must be on a filesystem every node sees)."""
-    ckpt_root.mkdir(parents=True, exist_ok=True)
+    on a Ray cluster the run directory must be on a filesystem every node sees). If anything fails before the
+    rename, the temporary directory is removed and the previous checkpoint stays the latest; a full disk
+    is ``DiskFull`` naming the checkpoint and about the space it needs (the previous checkpoint's size)."""
+    with guard(ckpt_root):
+        ckpt_root.mkdir(parents=True, exist_ok=True)
     for stale in list(ckpt_root.glob(".tmp-step-*")) + list(ckpt_root.glob(".old-step-*")):
         shutil.rmtree(stale, ignore_errors=True)  # left by a run killed mid-write
     final = ckpt_root / f"step-{step:06d}"
     tmp = ckpt_root / f".tmp-step-{step:06d}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    write_agents(tmp)
-    torch.save(state, tmp / STATE)
-    # the size of every file, so that a checkpoint cut short later (a copy, a full disk) is recognised
-    files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-    (tmp / MANIFEST).write_text(json.dumps({**manifest, "step": step, "files": files}, indent=2))
-    _fsync_tree(tmp)
+    try:
+        tmp.mkdir()
+        write_agents(tmp)
+        torch.save(state, tmp / STATE)
+        # the size of every file, so that a checkpoint cut short later (a copy, a full disk) is recognised
+        files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps({**manifest, "step": step, "files": files}, indent=2))
+        _fsync_tree(tmp)
+    except BaseException as exc:
+        full = _discard(exc, ckpt_root, tmp, final)
+        if full is None:
+            raise
+    else:
+        full = None
+    if full is not None:  # raised out here, the failed write's frames (and its open files) are let go ...
+        if full.free is not None:  # ... so the space its half-written files held is counted free
+            full.free = free_bytes(ckpt_root)
+        raise full
     failpoint("checkpoint", step)
     if final.exists():  # re-saving the same step (e.g. after a resume): swap, then delete the old one
         old = ckpt_root / f".old-step-{step:06d}-{os.getpid()}"
@@ -81,6 +94,28 @@ def save_checkpoint(
     for stale in complete_checkpoints(ckpt_root)[:-keep_last]:
         shutil.rmtree(stale, ignore_errors=True)
     return final
+
+
+# a write that failed with this little room left failed for want of room, whatever the library said: torch.save
+# on a full disk raises RuntimeError("... unexpected pos 576 vs 534"), which names no errno
+NEARLY_FULL = 1 << 20
+
+
+def _discard(exc: BaseException, ckpt_root: Path, tmp: Path, final: Path) -> DiskFull | None:
+    """Remove the half-written ``tmp``; the ``DiskFull`` to raise instead of ``exc`` if the disk was full."""
+    free = free_bytes(ckpt_root)
+    full = isinstance(exc, Exception) and (is_disk_full(exc) or (free is not None and free < NEARLY_FULL))
+    written = _tree_bytes(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint stays the latest, untouched
+    if not full:
+        return None
+    previous = latest_checkpoint(ckpt_root)
+    needed = max(_tree_bytes(previous) if previous else 0, written)
+    return disk_full(exc, final, needed or None, estimated=True)
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
 
 
 def _fsync_dir(path: Path) -> None:

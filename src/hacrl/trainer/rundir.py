@@ -27,8 +27,8 @@ LOCK_FILE = ".hacrl.lock"
 # every top-level name a run writes (trainer, checkpoints, sinks, `hacrl compare`'s record, log rewrites)
 RUN_ENTRIES = frozenset({
     "config.yaml", "metrics.jsonl", "eval.jsonl", "eval_problems.jsonl", "samples", "tensorboard", "checkpoints",
-    "compare.json", "metrics.jsonl.tmp", "eval.jsonl.tmp", "eval_problems.jsonl.tmp", "trackers.json",
-    "trackers.json.tmp", "wandb", LOCK_FILE,
+    "compare.json", "compare.json.tmp", "config.yaml.tmp", "metrics.jsonl.tmp", "eval.jsonl.tmp",
+    "eval_problems.jsonl.tmp", "trackers.json", "trackers.json.tmp", "wandb", LOCK_FILE,
 })
 
 

@@ -7,12 +7,15 @@ Each sink takes flat ``{namespaced/key: number}`` dicts once per step.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 from pathlib import Path
 from typing import Any, Protocol
+
+from hacrl.trainer.files import append_bytes, guard, open_append
 
 logger = logging.getLogger(__name__)
 
@@ -23,35 +26,53 @@ class MetricsSink(Protocol):
 
 
 class JsonlSink:
-    """Appends one JSON object per step; flushed and fsynced so a kill loses at most the current line."""
+    """Appends one JSON object per step in one write, fsynced: a kill or a full disk leaves every line whole
+    (a line that did not fit is taken back, and the error is ``DiskFull`` naming the file)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._f = open(path, "a", encoding="utf-8")
+        self._fd: int | None = open_append(path)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
-        self._f.write(json.dumps({"step": step, **clean}, sort_keys=True) + "\n")
-        self._f.flush()
+        assert self._fd is not None, "log after close"
+        append_bytes(self._fd, self.path, (json.dumps({"step": step, **clean}, sort_keys=True) + "\n").encode())
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class TensorBoardSink:
     def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # needs the `tensorboard` package
 
-        self._w = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+        self.log_dir = log_dir
+        with guard(log_dir):
+            self._w = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+        self._failed = False
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        for k, v in metrics.items():
-            if isinstance(v, int | float) and math.isfinite(v):
-                self._w.add_scalar(k, v, step)
-        self._w.flush()
+        # a full disk may cut the last event record short: TensorBoard's reader stops at it, and a resumed
+        # run starts a new event file whose purge_step drops the steps after its checkpoint
+        try:
+            with guard(self.log_dir):
+                for k, v in metrics.items():
+                    if isinstance(v, int | float) and math.isfinite(v):
+                        self._w.add_scalar(k, v, step)
+                self._w.flush()
+        except BaseException:
+            self._failed = True
+            raise
 
     def close(self) -> None:
-        self._w.close()
+        if self._failed:  # its failure was reported already; closing would only repeat it
+            with contextlib.suppress(Exception):
+                self._w.close()
+            return
+        with guard(self.log_dir):
+            self._w.close()
 
 
 class NullSink:
@@ -79,18 +100,15 @@ class MultiSink:
             s.log(step, metrics)
 
     def close(self) -> None:
+        """Close every sink, even after one fails (a full disk); then raise the first failure."""
+        failures = []
         for s in self.sinks:
-            s.close()
-
-
-def append_lines(path: Path, records: list[dict[str, Any]]) -> None:
-    """Append one JSON line per record, each written whole and flushed, then fsync: a kill cuts at most the
-    last line short (readers skip it), never a line written before."""
-    with open(path, "a", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-        os.fsync(f.fileno())
+            try:
+                s.close()
+            except Exception as exc:  # noqa: BLE001 - raised below, once the others are closed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
 
 # ---- the metric keys, and reading a run's logs back ------------------------------------------------------

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.config import ConfigError
+from hacrl.trainer.files import write_atomic
 from hacrl.trainer.sinks import JsonlSink, MetricsSink, MultiSink, tensorboard_sink
 
 __all__ = ["LOGGERS", "TrackioSink", "WandbSink", "make_sinks", "resolve_loggers"]
@@ -87,9 +88,7 @@ def _read_ids(run_dir: Path) -> dict[str, Any]:
 
 def _save_id(run_dir: Path, name: str, value: dict[str, Any]) -> None:
     ids = {**_read_ids(run_dir), name: value}
-    tmp = run_dir / (TRACKERS_FILE + ".tmp")
-    tmp.write_text(json.dumps(ids, indent=1, sort_keys=True))
-    tmp.replace(run_dir / TRACKERS_FILE)
+    write_atomic(run_dir / TRACKERS_FILE, json.dumps(ids, indent=1, sort_keys=True))  # via trackers.json.tmp
 
 
 class WandbSink:

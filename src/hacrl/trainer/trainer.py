@@ -45,7 +45,8 @@ from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
 from hacrl.trainer.evaluation import score_answers
-from hacrl.trainer.sinks import MultiSink, NullSink, append_lines, eval_key, phase_times, read_evals
+from hacrl.trainer.files import append_lines, write_atomic
+from hacrl.trainer.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
 from hacrl.trainer.start_eval import StartEvaluation, start_cache
 from hacrl.trainer.trackers import make_sinks, resolve_loggers
 from hacrl.types import Problem, Trajectory
@@ -195,9 +196,7 @@ class Trainer:
                         keep.append(line)
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a line cut short by the kill
-            tmp = path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
-            tmp.replace(path)
+            write_atomic(path, "".join(x + "\n" for x in keep))  # via metrics.jsonl.tmp: all or nothing
 
     @property
     def agents(self) -> list[Agent]:
@@ -335,13 +334,14 @@ class Trainer:
         groups = pool.by_group()
         path = self.run_dir / "samples" / f"step-{self.step_idx:06d}.jsonl"
         path.parent.mkdir(exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            for g in sorted(groups)[:n]:
-                p = pool.problems[g]
-                answers = [{"agent": self.agent_ids[t.source], "text": t.text, "reward": t.reward,
-                            "finished": t.finished} for t in groups[g]]
-                f.write(json.dumps({"problem_id": p.id, "prompt": p.prompt, "answer": p.answer,
-                                    "answers": answers}) + "\n")
+        lines = []
+        for g in sorted(groups)[:n]:
+            p = pool.problems[g]
+            answers = [{"agent": self.agent_ids[t.source], "text": t.text, "reward": t.reward,
+                        "finished": t.finished} for t in groups[g]]
+            lines.append(json.dumps({"problem_id": p.id, "prompt": p.prompt, "answer": p.answer,
+                                     "answers": answers}) + "\n")
+        write_atomic(path, "".join(lines))
 
     # ---- evaluation and checkpoints ---------------------------------------------------------------
     def _load_benchmarks(self) -> dict[str, tuple[list[Problem], RewardScorer]]:
@@ -438,11 +438,11 @@ class Trainer:
     def train(self, progress: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, Any]:
         """Run until ``trainer.steps``; returns the evaluations before and after."""
         t = self.cfg.trainer
-        (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)} \
             if _on_main_thread() else {}
         last_eval: dict[str, float] | None = None
         try:
+            write_atomic(self.run_dir / "config.yaml", dump_config(self.cfg))  # failing, still closes the workers
             if self.step_idx == 0:
                 self.sink.log(0, self.evaluate_start())
             while self.step_idx < t.steps and not self._stop_requested:
