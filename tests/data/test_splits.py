@@ -189,7 +189,7 @@ def test_an_older_cached_copy_is_not_used(tmp_path, monkeypatch):
     (old / gguf._MARKER).write_text("{}")
     assert gguf._cached(gguf.SMOLLM2_SFT) is None
     names = {gguf.sft_cache_name(n) for n in gguf.SFT_RECIPES}
-    assert len(names) == 3 and all(n.split("-v2-")[0] in gguf.SFT_RECIPES for n in names)
+    assert len(names) == len(gguf.SFT_RECIPES) and all(n.split("-v2-")[0] in gguf.SFT_RECIPES for n in names)
     new = tmp_path / "models" / gguf.sft_cache_name(gguf.SMOLLM2_SFT)
     new.mkdir()
     (new / gguf._MARKER).write_text(json.dumps({gguf.FINETUNE_KEY: ["calculate 1 + 1"]}))
