@@ -1,10 +1,11 @@
-"""CapabilityTracker: the sliding window P̂ (eq. 9, current step included) and ω = clamp(P̂_k / P̂_j)."""
+"""CapabilityTracker: the sliding window P̂ (eq. 9, current step included) and ω = clamp(P̂_k / P̂_j);
+RecentCapability: the same over each agent's last scored prompts, equal to the tracker in lock-step."""
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import CapabilityTracker, omega_matrix
+from hacrl.core import CapabilityTracker, RecentCapability, omega_matrix
 
 T = torch.tensor
 
@@ -146,3 +147,91 @@ def test_bad_constructor_arguments_raise(kwargs):
 def test_update_shape_mismatch_raises():
     with pytest.raises(ValueError):
         CapabilityTracker(2).update(torch.tensor([1.0, 0.0]), torch.tensor([0]))
+
+
+# ---- RecentCapability: P̂ over each agent's last scored prompts, whatever step it is at ------------------------
+
+
+def test_recent_capability_by_hand_at_different_counts():
+    # window 3 prompts. agent 0 is scored on 5 prompts, agent 1 on 1, agent 2 on none:
+    #   agent 0 prompt means 1, 0, 0.5, 0.25, 1 → the last three (0.5, 0.25, 1) → P̂_0 = 1.75/3
+    #   agent 1: one prompt, rewards (1, 0, 0, 0) → P̂_1 = 0.25;  agent 2: no history → 1
+    rc = RecentCapability(3, window=3)
+    for rewards in ([1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0]):
+        rc.observe(0, T(rewards))
+    assert rc.observe(1, T([1.0, 0.0, 0.0, 0.0])).item() == 0.25
+    assert_close(rc.capability, T([1.75 / 3, 0.25, 1.0]))
+    assert rc.prompts_seen.tolist() == [5, 1, 0]
+    # ω^(0,1) = (1.75/3)/0.25 = 7/3; ω^(1,2) = 0.25; ω^(2,1) = 4
+    w = rc.omega_matrix()
+    assert w[0, 1].item() == pytest.approx(7 / 3, rel=1e-6)
+    assert (w[1, 2].item(), w[2, 1].item()) == pytest.approx((0.25, 4.0))
+
+
+def test_recent_capability_floors_and_clamps_as_the_tracker():
+    rc = RecentCapability(2, window=4)
+    rc.observe(0, T([1.0, 0.0]))
+    rc.observe(1, T([0.0, 0.0]))
+    # P̂ = [0.5, 0 → 1e-8]: ω^(0,1) = 5e7 → 10, ω^(1,0) → 0.1
+    assert rc.capability[1].item() == pytest.approx(1e-8)
+    assert_close(rc.omega_matrix(), T([[1.0, 10.0], [0.1, 1.0]]))
+
+
+def test_observe_answers_makes_one_event_per_source_and_prompt_in_prompt_order():
+    rc = RecentCapability(2, window=2)
+    # agent 0 on prompts 9 (1, 1), 4 (0, 1) and 7 (0, 0): events in prompt order 4, 7, 9; window (7, 9): (0 + 1)/2
+    # agent 1 on prompt 4 (1, 0, 1, 0) → 0.5
+    rewards = T([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    prompts = T([9, 4, 4, 7, 9, 4, 4, 4, 4, 7])
+    sources = T([0, 0, 1, 0, 0, 0, 1, 1, 1, 0])
+    rc.observe_answers(rewards, prompts, sources)
+    assert rc.prompts_seen.tolist() == [3, 1]
+    assert_close(rc.capability, T([0.5, 0.5]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("levels", [(0.0, 1.0), (0.0, 0.25, 0.5, 1.0)])
+def test_in_lock_step_it_equals_the_tracker_exactly(seed, levels):
+    # every agent scored on the same B prompts per step, G answers each; window K·B prompts = K steps
+    N, K, B, G = 3, 3, 4, 4
+    gen = torch.Generator().manual_seed(seed)
+    tracker = CapabilityTracker(N, window=K)
+    recent = RecentCapability(N, window=K * B)
+    for _ in range(7):
+        idx = torch.randint(0, len(levels), (N * B * G,), generator=gen)
+        rewards = T(levels)[idx]
+        sources = torch.arange(N).repeat_interleave(B * G)
+        prompts = torch.arange(B).repeat_interleave(G).repeat(N)
+        tracker.update(rewards, sources)
+        recent.observe_answers(rewards, prompts, sources)
+        assert torch.equal(recent.capability, tracker.capability)
+        assert torch.equal(recent.omega_matrix(), tracker.omega_matrix())
+
+
+def test_recent_capability_state_dict_round_trip_and_continuation():
+    rc = RecentCapability(3, window=4)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(9):
+        rc.observe(int(torch.randint(0, 3, (1,), generator=gen)), torch.randint(0, 2, (3,), generator=gen).float())
+    state = rc.state_dict()
+    other = RecentCapability(3, window=4)
+    other.load_state_dict(state)
+    assert torch.equal(other.capability, rc.capability) and torch.equal(other.prompts_seen, rc.prompts_seen)
+    for x in (rc, other):
+        x.observe(2, T([1.0, 1.0]))
+    assert torch.equal(other.capability, rc.capability)
+    assert len(state["recent"][2]) <= 4 and state["recent"][2] is not rc.state_dict()["recent"][2]
+    with pytest.raises(ValueError, match="config mismatch"):
+        RecentCapability(3, window=5).load_state_dict(state)
+
+
+def test_recent_capability_refuses_bad_input():
+    rc = RecentCapability(2, window=2)
+    with pytest.raises(ValueError, match="agent must lie"):
+        rc.observe(2, T([1.0]))
+    with pytest.raises(ValueError, match="at least one reward"):
+        rc.observe(0, T([]))
+    with pytest.raises(ValueError, match="1-D of one shape"):
+        rc.observe_answers(T([1.0]), T([0, 1]), T([0]))
+    with pytest.raises(ValueError):
+        RecentCapability(2, window=0)

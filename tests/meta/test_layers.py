@@ -15,6 +15,7 @@ LAYERS: list[set[str]] = [
     {"errors", "registry", "types", "failpoints", "presets", "__init__"},
     {"config", "pool"},
     {"core"},
+    {"shared_pool"},
     {"rewards"},
     {"data"},
     {"agents"},

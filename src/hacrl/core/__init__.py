@@ -5,7 +5,7 @@ resolved ambiguities are listed in docs/architecture.md.
 """
 
 from hacrl.core.advantages import group_advantages, hacpo_advantages, omega_matrix
-from hacrl.core.capability import CapabilityTracker
+from hacrl.core.capability import CapabilityTracker, RecentCapability
 from hacrl.core.correction import ROLLOUT_CORRECTIONS, rollout_correction
 from hacrl.core.logprobs import selected_logprobs
 from hacrl.core.losses import (
@@ -25,15 +25,18 @@ from hacrl.core.losses import (
     stepwise_lower_bound,
     stepwise_tightened,
 )
+from hacrl.core.staleness import SELECTION_REASONS, select_within_bound, staleness_correction
 
 __all__ = [
     "AGGREGATIONS",
     "OWN_METRICS",
     "POLICY_LOSSES",
     "ROLLOUT_CORRECTIONS",
+    "SELECTION_REASONS",
     "CapabilityTracker",
     "LossInputs",
     "PolicyLoss",
+    "RecentCapability",
     "aggregate",
     "group_advantages",
     "grpo_loss",
@@ -44,9 +47,11 @@ __all__ = [
     "kl_k3",
     "omega_matrix",
     "rollout_correction",
+    "select_within_bound",
     "selected_logprobs",
     "sequence_log_ratio",
     "sequence_nll",
+    "staleness_correction",
     "stepwise_lower_bound",
     "stepwise_tightened",
 ]
