@@ -140,3 +140,15 @@ def test_trainer_lora_agent_with_kl_checkpoints_and_resumes_exactly(base_dir, tm
     state2 = again.optimizer.state_dict()["state"]
     assert state.keys() == state2.keys() and all(torch.equal(state[k]["exp_avg"], state2[k]["exp_avg"])
                                                  for k in state)
+
+
+def test_a_lora_agent_is_built_and_reloaded_without_peft_s_future_warning(base_dir, tmp_path):
+    import warnings
+
+    from hacrl.agents.lora import save_lora
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # peft asks the deprecated is_gradient_checkpointing
+        agent = load_agent("a", 0, base_dir, lora=LORA)
+        save_lora(agent.model, tmp_path / "adapter", merged=False)
+        load_agent("a", 0, base_dir, lora=LORA, adapter_path=tmp_path / "adapter")

@@ -23,7 +23,9 @@ Run: ``python -m pytest tests/integration/test_lora.py``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,7 +66,8 @@ def apply_lora(model: Any, *, r: int = 8, alpha: float = 16.0, dropout: float = 
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
                              bias="none", task_type="CAUSAL_LM")
     try:
-        return peft.get_peft_model(model, config)
+        with _quiet_peft():
+            return peft.get_peft_model(model, config)
     except ValueError as exc:
         raise InputError(f"lora.target_modules={target_modules!r}: {str(exc).splitlines()[0][:200]}; "
                          f"name linear layers of the model, e.g. ['q_proj', 'v_proj'], or 'all-linear'") from None
@@ -76,7 +79,17 @@ def load_adapter(model: Any, adapter_dir: str | Path) -> Any:
     path = Path(adapter_dir)
     if not (path / ADAPTER_CONFIG).is_file():
         raise InputError(f"{path} holds no LoRA adapter ({ADAPTER_CONFIG} missing)")
-    return peft.PeftModel.from_pretrained(model, path, is_trainable=True)
+    with _quiet_peft():
+        return peft.PeftModel.from_pretrained(model, path, is_trainable=True)
+
+
+@contextlib.contextmanager
+def _quiet_peft() -> Iterator[None]:
+    """peft asks the model ``is_gradient_checkpointing``, which transformers 5 deprecates with a FutureWarning
+    on every LoRA agent a run builds: silenced here, for that message and that call only."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def save_lora(model: Any, path: Path, tokenizer: Any = None, *, merged: bool = True) -> None:

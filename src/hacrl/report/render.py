@@ -131,6 +131,11 @@ def _sampled_table(per_algo: dict[str, Any], baselines: list[str], intervals: bo
     return [*lines, ""]
 
 
+def _budget(s: dict[str, Any]) -> str:
+    budget = (s.get("answer_quality") or {}).get("budget")
+    return f"; again with a {budget}-token answer budget before training and at the end" if budget else ""
+
+
 def render_report(summary: dict[str, Any]) -> str:
     s = summary
     lines = ["# hacrl comparison", "", "```", s["command"], "```", ""]
@@ -153,7 +158,7 @@ def render_report(summary: dict[str, Any]) -> str:
         (f"| steps | {s['steps']} (batch {s['batch_size']} prompts × {s['rollouts_per_prompt']} answers "
         f"per agent) |"),
         (f"| evaluation | greedy{sampled}, {s['eval_size']} held-out problems, "
-        f"{_every(s['eval_every'])} and at the end |"),
+        f"{_every(s['eval_every'])} and at the end{_budget(s)} |"),
         f"| runs this time | {', '.join(f'{n} {st}' for st, n in statuses.items() if n)} |",
         f"| wall time | {s['wall_s']:.1f} s this invocation; {sum(walls):.1f} s measured over all runs |",
         f"| created | {s['created']} |",
