@@ -18,16 +18,41 @@ from torch import Tensor
 from hacrl.core.advantages import CAPABILITY_FLOOR, OMEGA_MAX, OMEGA_MIN, omega_matrix
 
 
-def _check_arguments(num_agents: int, window: int, ratio_min: float, ratio_max: float) -> None:
-    if num_agents < 1:
-        raise ValueError(f"num_agents must be >= 1, got {num_agents}")
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    if not 0 < ratio_min <= 1 <= ratio_max:
-        raise ValueError(f"need 0 < ratio_min <= 1 <= ratio_max, got {ratio_min}, {ratio_max}")
+class _WindowedCapability:
+    """What both estimators share: their settings (checked once), P̂ of one agent's window (its mean, floored;
+    1 before any value, so ω = 1), ω from P̂, and the settings a checkpoint must match."""
+
+    def __init__(self, num_agents: int, window: int, floor: float, ratio_min: float, ratio_max: float) -> None:
+        if num_agents < 1:
+            raise ValueError(f"num_agents must be >= 1, got {num_agents}")
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        if not 0 < ratio_min <= 1 <= ratio_max:
+            raise ValueError(f"need 0 < ratio_min <= 1 <= ratio_max, got {ratio_min}, {ratio_max}")
+        self.num_agents = num_agents
+        self.window = window
+        self.floor = floor
+        self.ratio_min = ratio_min
+        self.ratio_max = ratio_max
+
+    @property
+    def capability(self) -> Tensor:  # pragma: no cover - each estimator defines it
+        raise NotImplementedError
+
+    def _floored_mean(self, values_W: Tensor) -> Tensor:
+        """P̂ of one agent from the values in its window: their mean floored at ``floor``; 1 if there are none."""
+        return values_W.mean().clamp_min(self.floor) if values_W.numel() else torch.tensor(1.0, dtype=torch.float64)
+
+    def omega_matrix(self) -> Tensor:
+        """float[N, N] with [k, j] = ω^(k,j) = clamp(P̂_k / P̂_j) (``hacrl.core.omega_matrix`` of ``capability``)."""
+        return omega_matrix(self.capability, ratio_min=self.ratio_min, ratio_max=self.ratio_max, floor=self.floor)
+
+    def _config(self) -> dict:
+        return {"num_agents": self.num_agents, "window": self.window, "floor": self.floor,
+                "ratio_min": self.ratio_min, "ratio_max": self.ratio_max}
 
 
-class CapabilityTracker:
+class CapabilityTracker(_WindowedCapability):
     """Sliding-window success rate of each of ``num_agents`` agents and their ratios ω.
 
     Args:
@@ -46,12 +71,7 @@ class CapabilityTracker:
         ratio_min: float = OMEGA_MIN,
         ratio_max: float = OMEGA_MAX,
     ) -> None:
-        _check_arguments(num_agents, window, ratio_min, ratio_max)
-        self.num_agents = num_agents
-        self.window = window
-        self.floor = floor
-        self.ratio_min = ratio_min
-        self.ratio_max = ratio_max
+        super().__init__(num_agents, window, floor, ratio_min, ratio_max)
         # history_SN: one row per recorded step, NaN where the agent wrote no answer that step.
         self.history_SN = torch.empty(0, num_agents, dtype=torch.float64)
         self.steps = 0
@@ -79,19 +99,14 @@ class CapabilityTracker:
         for j in range(self.num_agents):
             col = self.history_SN[:, j]
             col = col[~torch.isnan(col)][-self.window:]
-            out.append(col.mean().clamp_min(self.floor) if col.numel() else torch.tensor(1.0, dtype=torch.float64))
+            out.append(self._floored_mean(col))
         return torch.stack(out).float()
-
-    def omega_matrix(self) -> Tensor:
-        """float[N, N] with [k, j] = ω^(k,j) = clamp(P̂_k / P̂_j) (``hacrl.core.omega_matrix`` of ``capability``)."""
-        return omega_matrix(self.capability, ratio_min=self.ratio_min, ratio_max=self.ratio_max, floor=self.floor)
 
     def state_dict(self) -> dict:
         return {
             "history": self.history_SN.clone(),
             "steps": self.steps,
-            "config": {"num_agents": self.num_agents, "window": self.window, "floor": self.floor,
-                       "ratio_min": self.ratio_min, "ratio_max": self.ratio_max},
+            "config": self._config(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -108,7 +123,7 @@ class CapabilityTracker:
         self.steps = int(state["steps"])
 
 
-class RecentCapability:
+class RecentCapability(_WindowedCapability):
     """P̂ and ω of agents that train at their own pace (the asynchronous mode): each agent's P̂ is the mean, over
     its last ``window`` scored prompts, of its mean reward on each, floored at ``floor``; 1 before its first (so
     ω = 1); ω^(k,j) = clamp(P̂_k / P̂_j) as ``CapabilityTracker``. Each agent's window moves when that agent is
@@ -141,12 +156,7 @@ class RecentCapability:
         ratio_min: float = OMEGA_MIN,
         ratio_max: float = OMEGA_MAX,
     ) -> None:
-        _check_arguments(num_agents, window, ratio_min, ratio_max)
-        self.num_agents = num_agents
-        self.window = window
-        self.floor = floor
-        self.ratio_min = ratio_min
-        self.ratio_max = ratio_max
+        super().__init__(num_agents, window, floor, ratio_min, ratio_max)
         # per agent its last ``window`` prompt means, oldest first, float64
         self._recent_W = [torch.empty(0, dtype=torch.float64) for _ in range(num_agents)]
         self._seen = [0] * num_agents  # scored prompts per agent since the start (the window's clock)
@@ -184,21 +194,15 @@ class RecentCapability:
     @property
     def capability(self) -> Tensor:
         """P̂, float[N]: per agent the mean of its last ``window`` prompt means, floored; 1 if none."""
-        out = [r_W.mean().clamp_min(self.floor) if r_W.numel() else torch.tensor(1.0, dtype=torch.float64)
-               for r_W in self._recent_W]
+        out = [self._floored_mean(r_W) for r_W in self._recent_W]
         return torch.stack(out).float()
-
-    def omega_matrix(self) -> Tensor:
-        """float[N, N] with [k, j] = ω^(k,j) = clamp(P̂_k / P̂_j) (``hacrl.core.omega_matrix`` of ``capability``)."""
-        return omega_matrix(self.capability, ratio_min=self.ratio_min, ratio_max=self.ratio_max, floor=self.floor)
 
     def state_dict(self) -> dict:
         """Each agent's window (float64, oldest first, a copy) and its count of scored prompts."""
         return {
             "recent": [r_W.clone() for r_W in self._recent_W],
             "seen": list(self._seen),
-            "config": {"num_agents": self.num_agents, "window": self.window, "floor": self.floor,
-                       "ratio_min": self.ratio_min, "ratio_max": self.ratio_max},
+            "config": self._config(),
         }
 
     def load_state_dict(self, state: dict) -> None:
