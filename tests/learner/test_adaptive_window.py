@@ -13,13 +13,12 @@ import math
 
 import pytest
 import torch
-from test_update import (  # noqa: F401  (the fixture spy comes along)
+from test_update import (  # the spy fixture is tests/learner/conftest.py's
     CROSS_RATIOS,
     SETTINGS,
     ablation_minibatches,
     make_agent,
     run_algorithm,
-    spy,
 )
 
 from hacrl.config import derive, load_config
@@ -73,7 +72,7 @@ def test_each_row_is_clipped_at_its_own_bound():
 
 # ---- the learner: bounds per source and step, ratios reported -------------------------------------------------
 
-def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy):  # noqa: F811
+def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy):
     agent = make_agent()
     mbs = ablation_minibatches(agent)  # 3 minibatches: 2 own rows, then 4 of agent 1 at CROSS_RATIOS
     from hacrl.core import omega_matrix
@@ -92,7 +91,7 @@ def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy
     assert seen[1] == pytest.approx(list(CROSS_RATIOS) * 3, rel=1e-6)  # π_old travels in float32
 
 
-def test_a_fixed_window_passes_the_float_bound(spy):  # noqa: F811
+def test_a_fixed_window_passes_the_float_bound(spy):
     agent = make_agent()
     calls = run_algorithm("hacpo", agent, ablation_minibatches(agent), spy)
     assert [c.settings["cross_lower"] for c in calls] == pytest.approx([0.8, 0.825, 0.85])

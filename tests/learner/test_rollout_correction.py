@@ -18,12 +18,9 @@ import torch
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.config import derive, load_config, rollout_correction_mode
-from hacrl.core import POLICY_LOSSES, LossInputs
-from hacrl.learner import update
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.update import LossSettings, ViewRow, _forward, build_view, update_learner
 from hacrl.pool import TrajectoryPool
-from hacrl.registry import Registry
 from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory
 
@@ -31,22 +28,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
                         kl_coef=0.0, imitation_coef=1.0, rollout_correction="off", rollout_correction_cap=2.0)
-
-
-@pytest.fixture
-def seen(monkeypatch) -> list[LossInputs]:
-    """The ``LossInputs`` of every policy-loss call of the learner, in order."""
-    calls: list[LossInputs] = []
-    registry: Registry = Registry("policy loss")
-    for name in POLICY_LOSSES:
-        real = POLICY_LOSSES.get(name)
-
-        def recorded(inputs, _real=real, **settings):
-            calls.append(inputs)
-            return _real(inputs, **settings)
-        registry.add(name, recorded)
-    monkeypatch.setattr(update, "POLICY_LOSSES", registry)
-    return calls
 
 
 def make_agent():
@@ -80,14 +61,14 @@ def run(agent, rows, mode: str, cap: float = 2.0, algo: str = "gspo") -> dict[st
                           grad_clip=1e9)
 
 
-def test_the_weight_scales_the_own_answers_loss_and_gradient(seen):
+def test_the_weight_scales_the_own_answers_loss_and_gradient(spy):
     # w = 3 on both own answers. off: pg = −(1 + 0.5)/2 = −0.75. truncate at 2: min(3, 2) = 2 → −1.5, gradient
     # ×2. masked-is with C = 4: 3 lies in [1/4, 4] → −2.25, ×3. mask at C = 2: 3 is outside [1/2, 2] → 0, no gradient.
     agent = make_agent()
     rows = rows_with_weight(agent, 3.0)
     off, trunc, mis, mask = (run(agent, rows, mode, cap) for mode, cap in
                              (("off", 2.0), ("truncate", 2.0), ("masked-is", 4.0), ("mask", 2.0)))
-    assert [w for x in seen for w in x.rollout_weight_B.tolist()] == pytest.approx([1, 1, 2, 2, 3, 3, 0, 0], rel=1e-6)
+    assert [w for x in spy for w in x.inputs.rollout_weight_B.tolist()] == pytest.approx([1, 1, 2, 2, 3, 3, 0, 0], rel=1e-6)
     assert off["pg_loss"] == pytest.approx(-0.75, rel=1e-6)
     assert trunc["pg_loss"] == pytest.approx(-1.5, rel=1e-6)
     assert mis["pg_loss"] == pytest.approx(-2.25, rel=1e-6)
@@ -106,7 +87,7 @@ def test_the_weight_scales_the_own_answers_loss_and_gradient(seen):
     assert trunc["rollout_is/applied_mean"] == pytest.approx(2.0, rel=1e-6)
 
 
-def test_weighted_micro_batches_add_up_to_the_minibatch(seen):
+def test_weighted_micro_batches_add_up_to_the_minibatch(spy):
     # different weights per answer (w = 1.5 on one, min(3, 2) = 2 on the other): one pass of both rows or one
     # per row gives the same gradient
     agent = make_agent()
@@ -115,31 +96,31 @@ def test_weighted_micro_batches_add_up_to_the_minibatch(seen):
     settings = dataclasses.replace(SETTINGS, rollout_correction="truncate")
     norms = [update_learner(agent, [copy.deepcopy(rows)], ALGORITHMS.get("gspo"), settings, micro_batch_size=micro,
                             grad_clip=1e9)["grad_norm"] for micro in (64, 1)]
-    assert [w for x in seen for w in x.rollout_weight_B.tolist()] == pytest.approx([2.0, 1.5, 2.0, 1.5], rel=1e-6)
+    assert [w for x in spy for w in x.inputs.rollout_weight_B.tolist()] == pytest.approx([2.0, 1.5, 2.0, 1.5], rel=1e-6)
     assert norms[0] > 1e-3 and norms[1] == pytest.approx(norms[0], rel=1e-9)
 
 
-def test_cross_answers_are_never_weighted(seen):
+def test_cross_answers_are_never_weighted(spy):
     # hacpo: agent 1's answer keeps weight 1 whatever it carries; own answers get min(3, 2) = 2.
     # A cross answer at ratio 1 is inside [ℓ_0, 1] = [0.8, 1]: c·sg(c)·ω·A = 1 → pg = −(2·1 + 2·0.5 + 1)/3
     agent = make_agent()
     rows = rows_with_weight(agent, 3.0, cross=True)
     metrics = run(agent, rows, "truncate", algo="hacpo")
-    (x,) = seen
+    (x,) = [c.inputs for c in spy]
     assert x.own_B.tolist() == [True, True, False]
     assert x.rollout_weight_B.tolist() == pytest.approx([2.0, 2.0, 1.0])
     assert metrics["pg_loss"] == pytest.approx(-(2.0 + 1.0 + 1.0) / 3, rel=1e-6)
     # naive trains cross answers as its own; their π_old is the source's, so they are not corrected either
     run(agent, rows, "truncate", algo="naive")
-    assert seen[-1].rollout_weight_B.tolist() == pytest.approx([2.0, 2.0, 1.0])
+    assert spy[-1].inputs.rollout_weight_B.tolist() == pytest.approx([2.0, 2.0, 1.0])
 
 
-def test_without_the_engines_logprob_the_weight_is_one_by_construction(seen):
+def test_without_the_engines_logprob_the_weight_is_one_by_construction(spy):
     # π_old is the engine's own log-prob (hf at temperature 1): no behaviour log-prob, w = 1, nothing logged
     agent = make_agent()
     rows = rows_with_weight(agent, None)
     plain, trunc = run(agent, rows, "off"), run(agent, rows, "mask", cap=1.0)
-    assert [x.rollout_weight_B.tolist() for x in seen] == [[1.0, 1.0]] * 2
+    assert [x.inputs.rollout_weight_B.tolist() for x in spy] == [[1.0, 1.0]] * 2
     assert not any(k.startswith("rollout_is/") for k in trunc)
     assert trunc["pg_loss"] == plain["pg_loss"] and trunc["grad_norm"] == plain["grad_norm"]
 
@@ -171,11 +152,11 @@ def test_auto_is_on_with_vllm_and_off_with_hf(overrides, resolved):
     assert derive(cfg, shares_pool=True, rollout_multiplier=1, needs_groups=True).rollout_correction == resolved
 
 
-def step_weights(tmp_path, seen, overrides: list[str]) -> tuple[list[float], dict[str, float]]:
+def step_weights(tmp_path, spy, overrides: list[str]) -> tuple[list[float], dict[str, float]]:
     """One gspo step of tiny-test sampled at temperature 0.7 (so π_old is recomputed at temperature 1 and the
     hf engine's tempered log-probs are a behaviour policy that differs from it): every own row's weight as the
     loss received it, and the step's metrics."""
-    seen.clear()
+    spy.clear()
     cfg = load_config("tiny-test", overrides=["trainer.steps=1", "algorithm.name=gspo", "rollout.temperature=0.7",
                                               *overrides])
     run_dir = tmp_path / "-".join(overrides).replace("=", "_").replace("/", "_")
@@ -185,26 +166,26 @@ def step_weights(tmp_path, seen, overrides: list[str]) -> tuple[list[float], dic
         metrics = trainer.step()
     finally:
         trainer.close()
-    return [w for x in seen for w in x.rollout_weight_B.tolist()], metrics
+    return [w for x in spy for w in x.inputs.rollout_weight_B.tolist()], metrics
 
 
-def test_the_configs_mode_and_cap_reach_the_loss(tmp_path, seen):
-    off, m_off = step_weights(tmp_path, seen, ["algorithm.rollout_correction=auto"])  # hf: off
+def test_the_configs_mode_and_cap_reach_the_loss(tmp_path, spy):
+    off, m_off = step_weights(tmp_path, spy, ["algorithm.rollout_correction=auto"])  # hf: off
     assert off and set(off) == {1.0}
     # the gap is logged with the correction off; it exists (sampled at 0.7, trained at 1)
     raw = m_off["agent/qwen-char/rollout_is/weight_mean"]
     assert math.isfinite(raw) and m_off["agent/qwen-char/rollout_is/weight_min"] < 1.0
     assert m_off["agent/llama-bpe/rollout_is/truncated_frac"] == 0.0
     # C = 1 makes the band {1}: mask drops every own answer, truncate cuts every weight above 1
-    masked, m_mask = step_weights(tmp_path, seen, ["algorithm.rollout_correction=mask",
+    masked, m_mask = step_weights(tmp_path, spy, ["algorithm.rollout_correction=mask",
                                                    "algorithm.rollout_correction_cap=1.0"])
     assert len(masked) == len(off) and set(masked) == {0.0}
     assert m_mask["agent/qwen-char/pg_loss"] == 0.0 and m_mask["agent/qwen-char/grad_norm"] == 0.0
     assert m_mask["agent/qwen-char/rollout_is/masked_frac"] == 1.0
-    trunc, _ = step_weights(tmp_path, seen, ["algorithm.rollout_correction=truncate",
+    trunc, _ = step_weights(tmp_path, spy, ["algorithm.rollout_correction=truncate",
                                              "algorithm.rollout_correction_cap=1.0"])
     assert max(trunc) <= 1.0 and min(trunc) < 1.0
     # a cap past every weight: truncate is plain importance weighting, and the weights are not all 1
-    wide, _ = step_weights(tmp_path, seen, ["algorithm.rollout_correction=truncate",
+    wide, _ = step_weights(tmp_path, spy, ["algorithm.rollout_correction=truncate",
                                             "algorithm.rollout_correction_cap=1e6"])
     assert wide != off and max(wide) >= max(trunc)

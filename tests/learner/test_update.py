@@ -11,8 +11,6 @@ import copy
 import dataclasses
 import math
 import statistics
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import torch
@@ -21,11 +19,9 @@ from torch.testing import assert_close
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.config import derive, load_config
-from hacrl.core import POLICY_LOSSES, LossInputs, omega_matrix
-from hacrl.learner import update
+from hacrl.core import LossInputs, omega_matrix
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.update import LossSettings, ViewRow, _forward, assign_advantages, update_learner
-from hacrl.registry import Registry
 from hacrl.trainer.trainer import Trainer
 
 # δ = 0.2, δ_step = 0.025: ℓ_0 = 0.8, ℓ_1 = 0.825, ℓ_2 = 0.85, ℓ_3 = 0.875
@@ -35,31 +31,6 @@ SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delt
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@dataclass
-class Call:
-    loss: str
-    inputs: LossInputs
-    settings: dict[str, Any]
-    value: float
-
-
-@pytest.fixture
-def spy(monkeypatch) -> list[Call]:
-    """Every policy-loss call of the learner, in order."""
-    calls: list[Call] = []
-    registry: Registry = Registry("policy loss")
-    for name in POLICY_LOSSES:
-        real = POLICY_LOSSES.get(name)
-
-        def recorded(inputs, _real=real, _name=name, **settings):
-            loss, metrics = _real(inputs, **settings)
-            calls.append(Call(_name, inputs, settings, float(loss.detach())))
-            return loss, metrics
-        registry.add(name, recorded)
-    monkeypatch.setattr(update, "POLICY_LOSSES", registry)
-    return calls
 
 
 def make_agent(model: str = "qwen2-char", index: int = 0):
@@ -144,7 +115,7 @@ def ablation_minibatches(agent) -> list[list[ViewRow]]:
     return mbs
 
 
-def run_algorithm(name: str, agent, mbs, spy) -> list[Call]:
+def run_algorithm(name: str, agent, mbs, spy) -> list:  # the spy's Call records (conftest.py)
     mbs = copy.deepcopy(mbs)
     algo = ALGORITHMS.get(name)
     assign_advantages([r for mb in mbs for r in mb], 0, algo, omega_matrix(CAP), CAP)
@@ -153,7 +124,7 @@ def run_algorithm(name: str, agent, mbs, spy) -> list[Call]:
     return spy[start:]
 
 
-def differences(a: Call, b: Call) -> set[str]:
+def differences(a, b) -> set[str]:  # two Call records of the spy (conftest.py)
     fields = {f.name for f in dataclasses.fields(LossInputs)}
     out = {k for k in a.settings.keys() | b.settings.keys() if a.settings.get(k) != b.settings.get(k)}
     for f in fields:
