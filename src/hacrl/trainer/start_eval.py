@@ -37,8 +37,9 @@ TRAINING_ONLY = ("lr", "weight_decay", "grad_clip", "kl_coef", "max_answer_token
 
 
 @dataclass(frozen=True)
-class StartEvaluation:
-    """The step-0 evaluation of a run: the eval metrics it logs and its eval.jsonl / eval_problems.jsonl lines."""
+class Evaluation:
+    """One evaluation of a run (``Trainer.evaluation``; cached here for step 0): the eval metrics it logs and
+    its eval.jsonl / eval_problems.jsonl lines."""
 
     metrics: dict[str, float]
     totals: list[dict[str, Any]]
@@ -88,17 +89,17 @@ class StartCache:
     def __init__(self, directory: Path, cfg: Config) -> None:
         self.path = Path(directory) / f"{start_key(cfg)}.json"
 
-    def load(self) -> StartEvaluation | None:
+    def load(self) -> Evaluation | None:
         if not self.path.is_file():
             return None
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            return StartEvaluation(data["metrics"], data["totals"], data["per_problem"])
+            return Evaluation(data["metrics"], data["totals"], data["per_problem"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("%s: unreadable (%s); evaluating again", self.path, exc)
             return None
 
-    def store(self, evaluation: StartEvaluation, source: Path) -> None:
+    def store(self, evaluation: Evaluation, source: Path) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"source": str(source), "metrics": evaluation.metrics,
@@ -114,7 +115,7 @@ def start_cache(cfg: Config) -> StartCache | None:
     return StartCache(Path(t.start_eval_cache), cfg)
 
 
-def from_run(run_dir: Path) -> StartEvaluation | None:
+def from_run(run_dir: Path) -> Evaluation | None:
     """The step-0 evaluation a finished or running run already wrote (to fill a cache from runs made before
     it existed); None when the run has no step-0 records."""
     from hacrl.trainer.sinks import read_jsonl
@@ -124,4 +125,4 @@ def from_run(run_dir: Path) -> StartEvaluation | None:
     metrics = next((m for m in read_jsonl(run_dir / "metrics.jsonl") if m["step"] == 0), None)
     if not totals or not per_problem or metrics is None:
         return None
-    return StartEvaluation({k: v for k, v in metrics.items() if k.startswith("eval/")}, totals, per_problem)
+    return Evaluation({k: v for k, v in metrics.items() if k.startswith("eval/")}, totals, per_problem)

@@ -47,7 +47,7 @@ from hacrl.trainer import checkpoint as ckpt
 from hacrl.trainer.evaluation import score_answers
 from hacrl.trainer.files import append_lines, write_atomic
 from hacrl.trainer.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
-from hacrl.trainer.start_eval import StartEvaluation, start_cache
+from hacrl.trainer.start_eval import Evaluation, start_cache
 from hacrl.trainer.trackers import make_sinks, resolve_loggers
 from hacrl.types import Problem, Trajectory
 
@@ -357,28 +357,29 @@ class Trainer:
         return out
 
     def evaluate(self, *, budget: bool = False) -> dict[str, float]:
-        """:meth:`evaluation`, its records appended to eval.jsonl and eval_problems.jsonl; its metrics."""
-        result = self.evaluation(budget=budget)
-        append_lines(self.run_dir / "eval.jsonl", result.totals)
-        append_lines(self.run_dir / "eval_problems.jsonl", result.per_problem)
-        return result.metrics
+        """:meth:`evaluation`, recorded (:meth:`_record`); its metrics."""
+        return self._record(self.evaluation(budget=budget))
 
     def evaluate_start(self) -> dict[str, float]:
         """The evaluation before the first step (with the longer budget), copied from
         ``trainer.start_eval_cache`` when a run with the same start wrote it there (:mod:`.start_eval`)."""
         cache = start_cache(self.cfg)
         result = cache.load() if cache else None
-        if result is None:
+        if result is not None:
+            logger.info("step-0 evaluation copied from %s", cache.path)
+        else:
             result = self.evaluation(budget=True)
             if cache:
                 cache.store(result, self.run_dir)
-        else:
-            logger.info("step-0 evaluation copied from %s", cache.path if cache else "")
+        return self._record(result)
+
+    def _record(self, result: Evaluation) -> dict[str, float]:
+        """Append an evaluation's totals to eval.jsonl and its per-problem records to eval_problems.jsonl."""
         append_lines(self.run_dir / "eval.jsonl", result.totals)
         append_lines(self.run_dir / "eval_problems.jsonl", result.per_problem)
         return result.metrics
 
-    def evaluation(self, *, budget: bool = False) -> StartEvaluation:
+    def evaluation(self, *, budget: bool = False) -> Evaluation:
         """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark
         (the agents generate concurrently on Ray; the answers are scored here), and with ``budget`` also on
         the held-out split with the longer answer budget ``trainer.eval_budget``: the metrics, and the totals
@@ -414,7 +415,7 @@ class Trainer:
                 if res.sampled_avg is not None:
                     out[eval_key(agent_id, f"sampled_avg@{k}", name)] = res.sampled_avg
                     out[eval_key(agent_id, f"sampled_pass@{k}", name)] = res.sampled_pass
-        return StartEvaluation(out, totals, per_problem)
+        return Evaluation(out, totals, per_problem)
 
     def save_checkpoint(self) -> Path:
         state = {"step": self.step_idx, "data_pos": self.data_pos, "tracker": self.tracker.state_dict(),
