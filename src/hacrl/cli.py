@@ -569,9 +569,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
         print(preset_text(args.show), end="")
         return 0
     if args.fields:
-        from hacrl.config import Config
+        from hacrl.config import Config, config_fields
 
-        for section, field in Config.model_fields.items():
+        for section, field in config_fields(Config).items():
             sub = getattr(field.annotation, "model_fields", None)
             if sub is None and section == "agents":
                 from hacrl.config import AgentSpec

@@ -227,6 +227,10 @@ class TrainerConfig(_Section):
     keep_last: int = Field(2, ge=1, description="checkpoints kept")
     log_samples: int = Field(4, ge=0, description="prompts whose answers are written to samples/ per step")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+    mode: Literal["lockstep", "async"] = Field(
+        "lockstep", description="lockstep: every agent waits for the slowest at every phase; async: each agent "
+        "trains at its own pace and shares its answers through a pool (settings in async.*, docs/async.md)")
+
 
 
 class BackendConfig(_Section):
@@ -238,6 +242,28 @@ class BackendConfig(_Section):
     num_gpus_per_agent: float = Field(0.0, ge=0, description="ray: GPUs per agent actor (fractions share a GPU)")
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None = Field(
         None, description="ray: reserve all agents' resources at once in a placement group with this strategy")
+
+
+class AsyncConfig(_Section):
+    """The asynchronous mode's settings (``trainer.mode=async``, docs/async.md)."""
+
+    bound: int = Field(1, ge=0, description="async: the largest staleness, in the learner's own updates, of an "
+                       "answer an update may use (0: every answer is used at the first update that could take it)")
+    group_wait_s: float | None = Field(
+        None, ge=0, description="async: seconds an agent waits, after its rollout, for partners' answers still in "
+        "flight to the same prompts, so that the joint group forms (null: until they arrive; 0: never waits)")
+    staleness_correction: Literal["off", "truncate", "mask", "masked-is"] = Field(
+        "truncate", description="async: own answers written by an older version of the learner train with a "
+        "ratio to the learner now and this weight of the version now over the one that wrote them (as "
+        "algorithm.rollout_correction: truncate min(w, cap), mask, masked-is, off)")
+    staleness_cap: float = Field(2.0, ge=1, description="async: the cap C of the staleness weight (2: a mean gap "
+                                 "of 0.69 nats per token)")
+
+    @field_validator("staleness_correction", mode="before")
+    @classmethod
+    def _off_is_not_false(cls, v: Any) -> Any:
+        """YAML reads a bare ``off`` as false: it means the mode."""
+        return "off" if v is False else v
 
 
 class RunConfig(_Section):
@@ -253,6 +279,10 @@ class RunConfig(_Section):
 
 
 class Config(_Section):
+    # ``async`` is a Python keyword: the field is ``async_``, read and written as ``async``
+    model_config = ConfigDict(**_Section.model_config, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)
+
     run: RunConfig = Field(default_factory=RunConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)
     agents: list[AgentSpec]
@@ -260,6 +290,7 @@ class Config(_Section):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     backend: BackendConfig = Field(default_factory=BackendConfig)
+    async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")
 
     @model_validator(mode="after")
     def _check(self) -> Config:
@@ -285,6 +316,9 @@ class Config(_Section):
                                  f"from the gathered weights) or agents.{a.id}.fsdp=false")
             if a.cpu_offload and not a.fsdp:
                 raise ValueError(f"agents.{a.id}.cpu_offload offloads FSDP shards; set agents.{a.id}.fsdp=true")
+            if self.trainer.mode == "async" and a.data_parallel > 1:
+                raise ValueError(f"trainer.mode=async with agents.{a.id}.data_parallel={a.data_parallel} is not "
+                                 f"built yet; set agents.{a.id}.data_parallel=1 or trainer.mode=lockstep")
         return self
 
 
@@ -459,18 +493,23 @@ def _guess_key(loc: list[Any]) -> str | None:
     section: type[BaseModel] | None = Config
     for part in loc[:-1]:
         if isinstance(part, str) and section is not None:
-            field = section.model_fields.get(part)
+            field = config_fields(section).get(part)
             section = _section_of(field.annotation) if field else None
     if section is None or not isinstance(loc[-1], str):
         return None
-    close = difflib.get_close_matches(loc[-1], list(section.model_fields), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(loc[-1], list(config_fields(section)), n=1, cutoff=0.6)
     if close:
         return close[0]
     if section is Config or len(loc) != 2:
         return None
-    homes = [name for name, f in Config.model_fields.items()
+    homes = [name for name, f in config_fields(Config).items()
              if (sub := _section_of(f.annotation)) is not None and sub is not section and loc[-1] in sub.model_fields]
     return f"{'agents.<id>' if homes[0] == 'agents' else homes[0]}.{loc[-1]}" if homes else None
+
+
+def config_fields(section: type[BaseModel]) -> dict[str, Any]:
+    """A section's fields by the key a config file uses (``async``, the field ``async_``)."""
+    return {f.alias or name: f for name, f in section.model_fields.items()}
 
 
 def build_config(tree: dict[str, Any]) -> Config:
@@ -614,7 +653,7 @@ def training_differences(saved: dict[str, Any], new: dict[str, Any]) -> list[tup
 
 def _differences(section: type[BaseModel], old: dict[str, Any], new: dict[str, Any],
                  prefix: str) -> Iterator[tuple[str, Any, Any]]:
-    for name, field in section.model_fields.items():
+    for name, field in config_fields(section).items():
         key, a, b = f"{prefix}{name}", old.get(name, _MISSING), new.get(name, _MISSING)
         if a is _MISSING and key in LEGACY_BEHAVIOUR and LEGACY_BEHAVIOUR[key][0](old):
             a = LEGACY_BEHAVIOUR[key][1]  # added since the run was made, and no value of it is what the run did

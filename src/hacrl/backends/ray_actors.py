@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hacrl.backends import AgentFailure
+from hacrl.backends import AgentFailure, Handle
 from hacrl.backends.worker import AgentWorker
 from hacrl.config import Config, ConfigError
 from hacrl.errors import InputError
@@ -126,6 +126,22 @@ class RayBackend:
                 except AgentFailure:
                     self._raise_first_failure(refs, ref, list(pending), method)
         return [_merge(method, [results[ref] for ref in rank_refs]) for rank_refs in refs]
+
+    def submit(self, agent: int, method: str, *args: Any, **kwargs: Any) -> Handle:
+        """Start ``method`` on one agent's actor (one replica: the asynchronous mode refuses data parallel)."""
+        return Handle(agent, method, getattr(self.groups[agent][0], method).remote(*args, **kwargs))
+
+    def wait_any(self, handles: Sequence[Handle], timeout: float | None = None) -> tuple[Handle, Any] | None:
+        """The first of ``handles`` to finish and its result (``ray.wait`` with one return), or None when none
+        finished within ``timeout`` seconds; a call that died or raised is reported as ``call`` reports it."""
+        if not handles:
+            return None
+        by_ref = {h.ref: h for h in handles}
+        ready, _ = self._ray.wait(list(by_ref), num_returns=1, timeout=timeout)
+        if not ready:
+            return None
+        handle = by_ref[ready[0]]
+        return handle, self._get(handle.ref, self.ids[handle.agent], handle.method)
 
     def _raise_first_failure(self, refs: list[list[Any]], failed: Any, pending: list[Any], method: str) -> None:
         """Report one failure in a stable order when several come together (a node lost, every actor's

@@ -39,7 +39,15 @@ from hacrl.config import AgentSpec, Config, ConfigError, rollout_correction_mode
 from hacrl.errors import DamagedCheckpoint, InputError, TrainingDiverged
 from hacrl.failpoints import failpoint
 from hacrl.learner.algorithms import ALGORITHMS
-from hacrl.learner.update import LossSettings, assign_advantages, build_view, minibatches, update_learner
+from hacrl.learner.update import (
+    LossSettings,
+    ViewRow,
+    assign_advantages,
+    assign_staleness_weights,
+    build_view,
+    minibatches,
+    update_learner,
+)
 from hacrl.pool import TrajectoryPool
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.rollout.base import Sample
@@ -48,6 +56,7 @@ from hacrl.types import Trajectory
 logger = logging.getLogger(__name__)
 
 RNG_FILE = "rng.pt"
+PENDING_FILE = "own_pending.pt"  # the asynchronous mode: the worker's version and its own answers not trained on yet
 
 
 def resolve_model_path(spec: str, field: str = "model") -> Path:
@@ -123,7 +132,10 @@ class AgentWorker:
         self.algo = ALGORITHMS.get(cfg.algorithm.name)
         self.step_idx = step
         self._resume_from = resume_from
-        self._own: list[Sample] = []  # this step's own answers, kept from rollout to update
+        # own answers kept from rollout to update, by (round tag, position in the round): in lock-step the step's
+        # (tag -1, replaced by every rollout); in the asynchronous mode every round's until its update takes
+        # them, so answers a later update takes survive the rounds in between (``update``'s ``own_keys``)
+        self._own: dict[tuple[int, int], Sample] = {}
         if not defer_setup:
             self.setup()
 
@@ -137,6 +149,9 @@ class AgentWorker:
         rng_file = resume_from / "agents" / self.spec.id / self._rng_file if resume_from else None
         if rng_file is not None and rng_file.is_file():
             self._rng = _from_checkpoint(rng_file, lambda: torch.load(rng_file, weights_only=True))
+        pending = resume_from / "agents" / self.spec.id / PENDING_FILE if resume_from else None
+        if pending is not None and pending.is_file():
+            self._load_pending(pending)
 
     def _load(self, resume_from: Path | None) -> Agent:
         spec, cfg = self.spec, self.cfg
@@ -231,11 +246,13 @@ class AgentWorker:
             yield
             self._rng = torch.get_rng_state()
 
-    def rollout(self, prompts: list[str], params: SamplingParams, *,
-                recompute: bool) -> tuple[list[Trajectory], dict]:
+    def rollout(self, prompts: list[str], params: SamplingParams, *, recompute: bool,
+                tag: int | None = None) -> tuple[list[Trajectory], dict]:
         """``params.n`` answers to each prompt, unscored and without their token ids (kept here for the
         update). With ``recompute``, π_old is the training forward pass's log-probs and the gap to the
-        engine's is returned as metrics (rollout/training mismatch)."""
+        engine's is returned as metrics (rollout/training mismatch). ``tag`` (the asynchronous mode): the
+        round's number, its answers kept as ``(tag, position in the returned list)`` beside earlier rounds' not
+        yet trained on; None: the step's answers replace the last step's."""
         start = time.perf_counter()
         self._wake_up()
         share = self._my_share(len(prompts))
@@ -254,7 +271,11 @@ class AgentWorker:
             metrics.update(logprob_gap(samples, recomputed))
             samples = recomputed
         samples = [dataclasses.replace(s, prompt_index=share.start + s.prompt_index) for s in samples]
-        self._own = self._gather(samples)
+        gathered = self._gather(samples)
+        if tag is None:
+            self._own = {(-1, i): s for i, s in enumerate(gathered)}
+        else:
+            self._own.update({(tag, i): s for i, s in enumerate(gathered)})
         texts = self.agent.decode_answers([list(s.token_ids) for s in samples])
         out = [Trajectory(s.prompt_index, self.index, text, s.finished, float(sum(s.logps)), len(s.token_ids))
                for s, text in zip(samples, texts, strict=True)]
@@ -289,16 +310,27 @@ class AgentWorker:
         return out
 
     def update(self, pool: TrajectoryPool, omega_NN: torch.Tensor, capability_N: torch.Tensor,
-               minibatch_size: int, rows_per_prompt: int, cross_lower0: list[float] | None = None) -> dict[str, Any]:
+               minibatch_size: int, rows_per_prompt: int, cross_lower0: list[float] | None = None, *,
+               own_keys: list[tuple[int, int]] | None = None, version_gaps: list[int] | None = None,
+               forget: list[tuple[int, int]] | None = None) -> dict[str, Any]:
         """Train on the step's pool; the worker's own answers get back their token ids and log-probs.
 
         ``cross_lower0``: the adaptive cross window's ℓ_0 per source agent (None: the fixed 1 − δ); then the
-        result also holds ``cross_ratios``, source → the ratios of that source's answers the update saw."""
+        result also holds ``cross_ratios``, source → the ratios of that source's answers the update saw.
+
+        The asynchronous mode (docs/async.md) passes ``own_keys``, the ``(tag, position)`` of each own answer of
+        ``pool`` in its order (used up here), ``version_gaps`` aligned with ``pool.trajectories`` (this worker's
+        version minus the one that wrote each own answer; ``PoolTake.version_gaps``), and ``forget``, own answers
+        that expired unused. Own answers with a gap train against π_prox, this version's pass, with the
+        staleness weight (``assign_staleness_weights``); the result then holds ``staleness_is/*``."""
         start = time.perf_counter()
-        pool = self._with_own_tokens(pool)
+        pool = self._with_own_tokens(pool, own_keys)
+        for key in forget or []:
+            self._own.pop(tuple(key), None)  # type: ignore[arg-type]
         agent, cfg = self.agent, self.cfg
         prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
         rows = build_view(agent, pool, self.algo, prompts)
+        stale_metrics = self._correct_stale(rows, pool, version_gaps) if version_gaps is not None else {}
         assign_advantages(rows, agent.index, self.algo, omega_NN, capability_N)
         mbs = minibatches(rows, minibatch_size, rows_per_prompt,
                           seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
@@ -321,6 +353,7 @@ class AgentWorker:
         failpoint("update", self.step_idx)
         metrics["optimizer_steps"] = len(mbs)
         metrics["truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
+        metrics.update(stale_metrics)
         metrics["busy_s"] = time.perf_counter() - start
         if ratios is not None:
             metrics["cross_ratios"] = ratios
@@ -363,13 +396,42 @@ class AgentWorker:
                                 f"agents.{spec.id}.lr (now {spec.lr:g}) or agents.{spec.id}.grad_clip "
                                 f"(now {spec.grad_clip:g})")
 
-    def _with_own_tokens(self, pool: TrajectoryPool) -> TrajectoryPool:
+    def _correct_stale(self, rows: list[ViewRow], pool: TrajectoryPool, version_gaps: list[int]) -> dict[str, float]:
+        """The decoupled objective on own rows written by an older version (docs/async.md): π_prox recomputed
+        by this version's pass for the stale ones, and their weights; ``staleness_is/*`` metrics."""
+        if len(version_gaps) != len(pool.trajectories):
+            raise RuntimeError(f"agent {self.spec.id}: {len(version_gaps)} version gaps for {len(pool.trajectories)} "
+                               f"answers")
+        # the own rows of build_view, in its order: pool.scored()'s stable sort by prompt, own answers only
+        pairs = sorted(zip(pool.trajectories, version_gaps, strict=True), key=lambda x: x[0].prompt_index)
+        gaps = [g for t, g in pairs if t.source == self.index and t.reward is not None]
+        own = [r for r in rows if r.is_own]
+        stale = [r for r, g in zip(own, gaps, strict=True) if g > 0]
+        prox = self._recompute_logprobs([r.prompt_ids for r in stale], [
+            Sample(i, tuple(r.answer_ids), (), True) for i, r in enumerate(stale)]) if stale else []
+        metrics = assign_staleness_weights(
+            own, gaps, {id(r): s.logps for r, s in zip(stale, prox, strict=True)},
+            mode=self.cfg.async_.staleness_correction, cap=self.cfg.async_.staleness_cap,
+            max_log_ratio=self.cfg.algorithm.max_log_ratio,
+            engine_behaviour=rollout_correction_mode(self.cfg) != "off")
+        return {f"staleness_is/{k}": v for k, v in metrics.items()}
+
+    def _with_own_tokens(self, pool: TrajectoryPool, keys: list[tuple[int, int]] | None = None) -> TrajectoryPool:
         own_positions = [i for i, t in enumerate(pool.trajectories) if t.source == self.index]
-        if len(own_positions) != len(self._own):
-            raise RuntimeError(f"agent {self.spec.id}: the pool holds {len(own_positions)} of its answers, "
-                               f"it generated {len(self._own)} (update without a matching rollout)")
+        if keys is None:  # lock-step: the pool holds exactly the step's own answers
+            if len(own_positions) != len(self._own):
+                raise RuntimeError(f"agent {self.spec.id}: the pool holds {len(own_positions)} of its answers, "
+                                   f"it generated {len(self._own)} (update without a matching rollout)")
+            samples = list(self._own.values())
+        else:
+            missing = [tuple(k) for k in keys if tuple(k) not in self._own]
+            if len(keys) != len(own_positions) or missing:
+                raise RuntimeError(f"agent {self.spec.id}: the pool holds {len(own_positions)} of its answers for "
+                                   f"{len(keys)} keys; {len(missing)} not kept here (update without a matching "
+                                   f"rollout)")
+            samples = [self._own.pop(tuple(k)) for k in keys]  # type: ignore[arg-type]
         trajectories = list(pool.trajectories)
-        for i, s in zip(own_positions, self._own, strict=True):
+        for i, s in zip(own_positions, samples, strict=True):
             t = trajectories[i]
             if t.prompt_index != s.prompt_index or t.num_tokens != len(s.token_ids):
                 raise RuntimeError(f"agent {self.spec.id}: pool answer {i} does not match its rollout")
@@ -408,6 +470,26 @@ class AgentWorker:
         else:
             path.mkdir(parents=True, exist_ok=True)
         torch.save(self._rng, path / self._rng_file)
+        if self.cfg.trainer.mode == "async" and self.rank == 0:
+            self._save_pending(path / PENDING_FILE)
+
+    def _save_pending(self, path: Path) -> None:
+        """The asynchronous mode: this worker's version and its own answers not yet trained on (their token ids
+        and log-probs never leave the worker; without them the pool's pending own answers could not train)."""
+        own = [[tag, pos, s.prompt_index, list(s.token_ids), list(s.logps), s.finished,
+                None if s.behav_logps is None else list(s.behav_logps)] for (tag, pos), s in self._own.items()]
+        torch.save({"version": self.step_idx, "own": own}, path)
+
+    def _load_pending(self, path: Path) -> None:
+        state = _from_checkpoint(path, lambda: torch.load(path, weights_only=True))
+        self.step_idx = int(state["version"])
+        self._own = {(int(tag), int(pos)): Sample(int(i), tuple(ids), tuple(lp), bool(fin),
+                                                 None if behav is None else tuple(behav))
+                     for tag, pos, i, ids, lp, fin, behav in state["own"]}
+
+    def pending_keys(self) -> list[tuple[int, int]]:
+        """The ``(tag, position)`` of the own answers kept for a later update (tests and the checkpoint's check)."""
+        return sorted(self._own)
 
     def weights_digest(self) -> str:
         """A hash of the trainable weights (replicas of one agent must agree)."""

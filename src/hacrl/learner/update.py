@@ -33,6 +33,7 @@ from hacrl.core import (
     hacpo_advantages,
     rollout_correction,
     sequence_log_ratio,
+    staleness_correction,
     stepwise_lower_bound,
     stepwise_tightened,
 )
@@ -186,6 +187,33 @@ def assign_rollout_weights(rows: list[ViewRow], s: LossSettings) -> dict[str, fl
     for r, w in zip(own, weights_B.tolist(), strict=True):
         r.rollout_weight = w
     return {k: float(v) for k, v in metrics.items() if k != "count"}
+
+
+def assign_staleness_weights(own: list[ViewRow], gaps: list[int], prox: dict[int, tuple[float, ...]], *, mode: str,
+                             cap: float, max_log_ratio: float, engine_behaviour: bool) -> dict[str, float]:
+    """The asynchronous mode's decoupled objective on the learner's own rows (docs/async.md, in place): each row
+    with a version gap > 0 (``gaps``, aligned with ``own``) trains against π_prox, its token log-probs under the
+    learner now (``prox``, by ``id(row)``), with ``staleness_correction``'s weight of π_prox over π_behav. π_behav
+    is the engine's log-prob at the version that wrote it where the rollout correction is on
+    (``engine_behaviour`` and the row has one: one weight covers the engine gap and the version gap), else the
+    row's π_old at that version. Its ``behav_logp_mean`` is cleared, so ``assign_rollout_weights`` keeps this
+    weight; fresh rows (gap 0) are left as they are. Returns the correction's metrics."""
+    if not own:
+        return {}
+    n_B = torch.tensor([len(r.answer_ids) for r in own], dtype=torch.float64)
+    prox_B = torch.tensor([sum(prox[id(r)]) if id(r) in prox else r.old_logp_mean * len(r.answer_ids) for r in own],
+                          dtype=torch.float64)
+    behav_B = torch.tensor([r.behav_logp_mean if engine_behaviour and r.behav_logp_mean is not None
+                            else r.old_logp_mean for r in own], dtype=torch.float64) * n_B
+    weights_B, metrics = staleness_correction(prox_logp_sum_B=prox_B, behav_logp_sum_B=behav_B, num_tokens_B=n_B,
+                                              version_gap_B=torch.tensor(gaps, dtype=torch.long), mode=mode, cap=cap,
+                                              max_log_ratio=max_log_ratio)
+    for r, gap, w in zip(own, gaps, weights_B.tolist(), strict=True):
+        if gap > 0:
+            token_logps = prox[id(r)]
+            r.old_logp_mean = sum(token_logps) / max(len(token_logps), 1)
+            r.old_token_logps, r.behav_logp_mean, r.rollout_weight = token_logps, None, w
+    return {k: float(v) for k, v in metrics.items()}
 
 
 def _old_token_logps(rows: list[ViewRow], answer_mask_BT: Tensor) -> Tensor:
