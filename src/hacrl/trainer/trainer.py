@@ -179,6 +179,7 @@ class Trainer:
         self.step_idx = state["step"]
         self.data_pos = state["data_pos"]
         self.tracker.load_state_dict(state["tracker"])
+        self._async_state = state.get("async")  # the asynchronous mode's loop (hacrl.trainer.async_loop)
         if self.window is not None:
             self.window.load_state_dict(state["window"])
         ckpt.set_rng_state(state["rng"])
@@ -218,22 +219,29 @@ class Trainer:
         self.data_pos += len(batch)
         return batch
 
+    def _sampling_params(self) -> SamplingParams:
+        r = self.cfg.rollout
+        return SamplingParams(n=self.derived.group_size, temperature=r.temperature, top_p=r.top_p,
+                              max_new_tokens=r.max_new_tokens)
+
     def _rollout(self, problems: list[Problem], timings: dict[str, float] | None = None) -> list[Trajectory]:
         """Every agent answers every prompt (concurrently on Ray); returns the answers, agent by agent, unscored."""
-        r = self.cfg.rollout
-        params = SamplingParams(n=self.derived.group_size, temperature=r.temperature, top_p=r.top_p,
-                                max_new_tokens=r.max_new_tokens)
         prompts = [p.prompt for p in problems]
-        results = self.backend.call("rollout", [(prompts, params)] * len(self.agent_ids),
+        results = self.backend.call("rollout", [(prompts, self._sampling_params())] * len(self.agent_ids),
                                     recompute=self._needs_recompute())
         self._rollout_metrics = {}
         for agent_id, (_, m) in zip(self.agent_ids, results, strict=True):
-            busy, sub = m.pop("busy_s"), sub_phase_timings(m, agent_id)
-            if timings is not None:
-                timings[f"timing/rollout/{agent_id}"] = busy
-                timings.update(sub)
-            self._rollout_metrics.update({f"agent/{agent_id}/rollout/{k}": v for k, v in m.items()})
+            self._rollout_metrics.update(self._rollout_done(agent_id, m, timings))
         return [t for answers, _ in results for t in answers]
+
+    @staticmethod
+    def _rollout_done(agent_id: str, m: dict[str, float], timings: dict[str, float] | None) -> dict[str, float]:
+        """One agent's rollout metrics as ``agent/<id>/rollout/*``; its busy seconds and sub-phases into ``timings``."""
+        busy, sub = m.pop("busy_s"), sub_phase_timings(m, agent_id)
+        if timings is not None:
+            timings[f"timing/rollout/{agent_id}"] = busy
+            timings.update(sub)
+        return {f"agent/{agent_id}/rollout/{k}": v for k, v in m.items()}
 
     def _needs_recompute(self) -> bool:
         r = self.cfg.rollout
@@ -278,18 +286,13 @@ class Trainer:
             rewards, sources = pool.rewards_and_sources()
             step_rate = self.tracker.update(rewards, sources)
             capability, omega = self.tracker.capability, self.tracker.omega_matrix()
-        d = self.derived
         n = len(self.agent_ids)
         bounds = [self.window.bounds(i) if self.window is not None else None for i in range(n)]
         with timed(timings, "update"):
-            results = self.backend.call("update", [(pool, omega, capability, d.minibatch_size, d.rows_per_prompt,
-                                                    bounds[i]) for i in range(n)])
-        for i, (agent_id, loss_metrics) in enumerate(zip(self.agent_ids, results, strict=True)):
-            timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
-            if self.window is not None:
-                metrics.update(self._observe_window(i, bounds[i], loss_metrics.pop("cross_ratios")))
-            timings.update(sub_phase_timings(loss_metrics, agent_id))
-            metrics.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
+            results = self.backend.call("update", [self._update_args(pool, omega, capability, bounds[i])
+                                                   for i in range(n)])
+        for i, loss_metrics in enumerate(results):
+            metrics.update(self._update_done(i, loss_metrics, bounds[i], timings))
         for phase in ("rollout", "update"):
             # >1: agents worked at the same time (Ray, own devices); 1: one after the other
             busy = sum(timings[f"timing/{phase}/{a}"] for a in self.agent_ids)
@@ -299,6 +302,23 @@ class Trainer:
         metrics.update(timings)
         self._write_samples(pool)
         return metrics
+
+    def _update_args(self, pool: TrajectoryPool, omega: torch.Tensor, capability: torch.Tensor,
+                     bound: list[float] | None) -> tuple:
+        d = self.derived
+        return pool, omega, capability, d.minibatch_size, d.rows_per_prompt, bound
+
+    def _update_done(self, i: int, loss_metrics: dict[str, Any], bound: list[float] | None,
+                     timings: dict[str, float]) -> dict[str, float]:
+        """Agent ``i``'s update metrics as ``agent/<id>/*`` (the adaptive window fed its cross ratios); its busy
+        seconds and sub-phases into ``timings``."""
+        agent_id, out = self.agent_ids[i], {}
+        timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
+        if self.window is not None:
+            out.update(self._observe_window(i, bound, loss_metrics.pop("cross_ratios")))
+        timings.update(sub_phase_timings(loss_metrics, agent_id))
+        out.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
+        return out
 
     def _observe_window(self, learner: int, used: list[float] | None, ratios: dict[int, list[float]]
                         ) -> dict[str, float]:
@@ -437,7 +457,12 @@ class Trainer:
         self._stop_requested = True
 
     def train(self, progress: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, Any]:
-        """Run until ``trainer.steps``; returns the evaluations before and after."""
+        """Run until ``trainer.steps``; returns the evaluations before and after. ``trainer.mode=async``: every
+        agent at its own pace (``hacrl.trainer.async_loop``), until the slowest has made ``trainer.steps`` updates."""
+        if self.cfg.trainer.mode == "async":
+            from hacrl.trainer.async_loop import train_async
+
+            return train_async(self, progress)
         t = self.cfg.trainer
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)} \
             if _on_main_thread() else {}
