@@ -6,7 +6,8 @@
 #      ~15 MB, gitignored, carried along) into $DEPS with pip --target, nothing else is touched;
 #      hacrl itself runs from PYTHONPATH=src,
 #   2. versions and nvidia-smi,
-#   3. the GPU tests that need no vLLM or Ray: pytest -m gpu tests/gpu (the vLLM ones skip themselves),
+#   3. the GPU tests that need no vLLM or Ray: pytest -m gpu tests/gpu (the vLLM ones skip themselves;
+#      among them FSDP2 bf16 mixed precision on NCCL, tests/gpu/test_cuda_mixed_precision.py),
 #   4. bench/gpu_check.py: HACPO steps of a Qwen3-0.6B-shaped and a Llama-3.2-1B-shaped random-init
 #      model on CUDA (bf16 autocast, gradient checkpointing): tokens/s, peak memory, log-prob gap.
 # Run from anywhere:  bash bench/gpu_check.sh      (TINY=1: the CPU dry run, tiny shapes)

@@ -81,6 +81,10 @@ class AgentSpec(_Section):
                        "reference) over the data_parallel replicas with PyTorch FSDP2, 1/W each")
     cpu_offload: bool = Field(False, description="fsdp: keep the shards, their gradients and the optimizer step "
                               "in host memory (FSDP2 CPUOffloadPolicy)")
+    fsdp_mixed_precision: Literal["bfloat16"] | None = Field(
+        None, description="fsdp: FSDP2 mixed precision (MixedPrecisionPolicy): parameters all-gathered and "
+        "computed in bfloat16 (half the gathered memory and traffic), gradients reduced in float32, float32 "
+        "master shards and AdamW state (needs dtype=float32; unsharded agents: autocast)")
     num_cpus: float | None = Field(None, ge=0, description="ray backend: CPUs of this agent's actor "
                                    "(default backend.num_cpus_per_agent)")
     num_gpus: float | None = Field(None, ge=0, description="ray backend: GPUs of this agent's actor "
@@ -316,6 +320,15 @@ class Config(_Section):
                                  f"from the gathered weights) or agents.{a.id}.fsdp=false")
             if a.cpu_offload and not a.fsdp:
                 raise ValueError(f"agents.{a.id}.cpu_offload offloads FSDP shards; set agents.{a.id}.fsdp=true")
+            if a.fsdp_mixed_precision and not a.fsdp:
+                raise ValueError(f"agents.{a.id}.fsdp_mixed_precision is FSDP2's policy for sharded agents; set "
+                                 f"agents.{a.id}.fsdp=true (an unsharded agent: agents.{a.id}.autocast=bfloat16)")
+            if a.fsdp_mixed_precision and a.dtype != "float32":
+                raise ValueError(f"agents.{a.id}.fsdp_mixed_precision keeps float32 master weights, not {a.dtype}; "
+                                 f"set agents.{a.id}.dtype=float32")
+            if a.fsdp_mixed_precision and a.autocast:
+                raise ValueError(f"agents.{a.id}.fsdp_mixed_precision already computes in bfloat16; "
+                                 f"set agents.{a.id}.autocast=null")
             if self.trainer.mode == "async" and a.data_parallel > 1:
                 raise ValueError(f"trainer.mode=async with agents.{a.id}.data_parallel={a.data_parallel} is not "
                                  f"built yet; set agents.{a.id}.data_parallel=1 or trainer.mode=lockstep")

@@ -10,6 +10,9 @@ per device (one replica) the bytes of:
 - weights, gradients and AdamW's two moments (in the weights' dtype; LoRA: gradients and moments of the
   adapter only), each 1/W with ``fsdp``, in host memory with ``cpu_offload``; with ``fsdp`` also the
   units gathered while they compute (the root — embeddings, LM head — and two decoder layers);
+  ``fsdp_mixed_precision: bfloat16`` keeps the shards, gradients and moments float32 (the master weights)
+  and gathers and computes in bf16: gathered units, activations, logits, the ``hf`` KV cache and the
+  weights gathered for generation at 2 bytes a value;
 - the KL reference (a full copy for a full-weight agent with ``kl_coef > 0``; none for LoRA);
 - activations of one micro-batch of ``micro_batch_size`` rows of prompt + answer tokens, kept for the
   backward pass: per token and layer 6·hidden + 4·q + 2·kv + 4·intermediate values (the norms' inputs and
@@ -183,21 +186,24 @@ class Setting:
     checkpointing: bool
     micro: int
     dtype: str
-    act_dtype: str  # activations: the weights' dtype, or bfloat16 under autocast
+    act_dtype: str  # activations: the weights' dtype, or bfloat16 under autocast or fsdp mixed precision
     kl: bool
     engine: str  # rollout.engine
     hf_rows: int  # hf engine: rows per generate call (engine_options.batch_size)
     engine_util: float  # vllm: gpu_memory_utilization
     sleep: bool  # vllm: enable_sleep_mode (the engine's memory is free during training)
+    mixed: bool = False  # fsdp_mixed_precision: bf16 gathered weights and compute over float32 shards
 
 
 def setting_of(spec: AgentSpec, cfg: Config) -> Setting:
     opts = cfg.rollout.engine_options
     return Setting(spec.data_parallel, spec.fsdp, spec.cpu_offload, spec.lora.r if spec.lora else None,
                    spec.lora.target_modules if spec.lora else "all-linear", spec.gradient_checkpointing,
-                   cfg.trainer.micro_batch_size, spec.dtype, spec.autocast or spec.dtype, spec.kl_coef > 0,
+                   cfg.trainer.micro_batch_size, spec.dtype,
+                   spec.autocast or spec.fsdp_mixed_precision or spec.dtype, spec.kl_coef > 0,
                    cfg.rollout.engine, int(opts.get("batch_size", HF_ROWS)),
-                   float(opts.get("gpu_memory_utilization", 0.9)), bool(opts.get("enable_sleep_mode", False)))
+                   float(opts.get("gpu_memory_utilization", 0.9)), bool(opts.get("enable_sleep_mode", False)),
+                   spec.fsdp_mixed_precision is not None)
 
 
 def estimate(shape: Shape, s: Setting, *, prompt: int, answer: int, rollout_rows: int,
@@ -205,6 +211,7 @@ def estimate(shape: Shape, s: Setting, *, prompt: int, answer: int, rollout_rows
     """Bytes per device (one replica) of each component, the two phase peaks and host memory;
     ``rollout_rows`` is the answers one replica generates per step."""
     b, ab = BYTES[s.dtype], BYTES[s.act_dtype]
+    gb = ab if s.mixed else b  # bytes of a gathered (unsharded) weight
     shard = s.world if s.fsdp else 1
     trainable = lora_params(shape, s.lora_r, s.lora_targets) if s.lora_r else shape.params
     params = shape.params + (trainable if s.lora_r else 0)
@@ -216,7 +223,7 @@ def estimate(shape: Shape, s: Setting, *, prompt: int, answer: int, rollout_rows
     }
     host = sum(state.values()) if s.offload else 0.0
     device_state = {k: (0.0 if s.offload else v) for k, v in state.items()}
-    gathered = (shape.root_params + 2 * shape.layer_params) * b if s.fsdp else 0.0
+    gathered = (shape.root_params + 2 * shape.layer_params) * gb if s.fsdp else 0.0
     tokens = s.micro * (prompt + answer)
     h, q, kv, i = shape.hidden, shape.q_dim, shape.kv_dim, shape.intermediate
     per_token_layer = 6 * h + 4 * q + 2 * kv + 4 * i + (3 * (q + kv) if shape.qk_norm else 0)
@@ -226,7 +233,7 @@ def estimate(shape: Shape, s: Setting, *, prompt: int, answer: int, rollout_rows
     logits = 2 * s.micro * answer * shape.vocab * ab + min(CHUNK_BYTES, s.micro * answer * shape.vocab * 4)
     rows = min(rollout_rows, s.hf_rows)
     kv_cache = rows * ((prompt + answer) * shape.layers * 2 * kv * ab + shape.vocab * 4) if s.engine == "hf" else 0.0
-    rollout_full = shape.params * b if s.fsdp else 0.0  # sharded: the full weights, gathered for generation
+    rollout_full = shape.params * gb if s.fsdp else 0.0  # sharded: the full weights, gathered for generation
     engine_mem = s.engine_util * device_bytes if s.engine != "hf" else 0.0
     resident = sum(device_state.values())
     train = resident + gathered + acts + logits + (0.0 if s.sleep else engine_mem)
@@ -251,6 +258,7 @@ class AgentPlan:
     inputs: PlanInputs
     est: dict[str, float]
     fixes: list[tuple[str, dict[str, float]]]
+    gpus: float = 0.0  # Ray: GPUs the agent's replicas hold together (data_parallel x GPUs per actor)
 
 
 def _inputs(cfg: Config, spec: AgentSpec, prompt_tokens: int | None) -> PlanInputs:
@@ -282,6 +290,8 @@ def _changes(cfg: Config, index: int, old: Setting, new: Setting) -> list[str]:
             out += ["backend.name=ray", f"{a}.device=cuda", "backend.num_gpus_per_agent=1"]
     if new.offload != old.offload:
         out.append(f"{a}.cpu_offload=true")
+    if new.mixed != old.mixed:
+        out.append(f"{a}.fsdp_mixed_precision=bfloat16")
     if new.lora_r != old.lora_r:
         out.append(f"{a}.lora.r={new.lora_r}")
     if new.checkpointing != old.checkpointing:
@@ -298,8 +308,8 @@ def _changes(cfg: Config, index: int, old: Setting, new: Setting) -> list[str]:
 
 def _cost(old: Setting, new: Setting) -> int:
     """How much a change asks of the user: sharding, offload, checkpointing, micro-batch and the rollout
-    engine count 1 each; LoRA (training other weights) counts 2."""
-    return ((new.fsdp, new.world) != (old.fsdp, old.world)) + (new.offload != old.offload) \
+    engine and mixed precision count 1 each; LoRA (training other weights) counts 2."""
+    return ((new.fsdp, new.world) != (old.fsdp, old.world)) + (new.offload != old.offload) + (new.mixed != old.mixed) \
         + 2 * (new.lora_r != old.lora_r) + (new.checkpointing != old.checkpointing) + (new.micro != old.micro) \
         + ((new.engine, new.hf_rows) != (old.engine, old.hf_rows))
 
@@ -312,6 +322,8 @@ def _candidates(s: Setting, max_world: int) -> list[Setting]:
     out += [replace(s, fsdp=True, world=w) for w in worlds]
     out += [replace(lean, fsdp=True, world=w) for w in worlds]
     out += [replace(lean, fsdp=True, world=w, offload=True) for w in worlds]
+    if s.dtype == "float32" and s.act_dtype == "float32":  # bf16 compute over float32 master shards
+        out += [replace(c, mixed=True, act_dtype="bfloat16") for c in [s, *out] if c.fsdp]
     out += [replace(lean, lora_r=8, lora_targets="all-linear")]
     if s.engine == "hf":  # generation: fewer rows per call, or vLLM sleeping through the update
         rollout = [replace(s, hf_rows=r) for r in (64, 16, 4) if r < s.hf_rows]
@@ -345,7 +357,9 @@ def plan(cfg: Config, *, model_configs: dict[str, str] | None = None, device_mem
                     fitting.append((_cost(s, alt), -peak, " ".join(_changes(cfg, index, s, alt)), alt_est))
             # the smallest change first; among equals the one that leaves the least memory unused
             fixes = [(label, e) for _, _, label, e in sorted(fitting, key=lambda f: f[:2])[:3]]
-        plans.append(AgentPlan(spec, shape, s, inputs, est, fixes))
+        per_actor = spec.num_gpus if spec.num_gpus is not None else cfg.backend.num_gpus_per_agent
+        gpus = spec.data_parallel * per_actor if cfg.backend.name == "ray" else 0.0
+        plans.append(AgentPlan(spec, shape, s, inputs, est, fixes, gpus))
     return plans
 
 
@@ -376,7 +390,8 @@ def render(plans: list[AgentPlan], *, device_memory_gib: float, title: str) -> s
     row("model", [p.shape.arch.removesuffix("ForCausalLM") for p in plans])
     row("parameters", [f"{p.shape.params / 1e9:.2f}B" if p.shape.params >= 1e8 else f"{p.shape.params / 1e6:.2f}M"
                        for p in plans])
-    row("replicas (data_parallel)", [f"{p.setting.world}{' fsdp' if p.setting.fsdp else ''}" for p in plans])
+    row("replicas (data_parallel)", [f"{p.setting.world}{' fsdp' if p.setting.fsdp else ''}"
+                                     f"{'-bf16' if p.setting.mixed else ''}" for p in plans])
     short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
     row("weights / activations dtype", [f"{short[p.setting.dtype]}/{short[p.setting.act_dtype]}" for p in plans])
     row("micro-batch x tokens", [f"{p.setting.micro}x({p.inputs.prompt}+{p.inputs.answer})" for p in plans])
@@ -388,6 +403,9 @@ def render(plans: list[AgentPlan], *, device_memory_gib: float, title: str) -> s
     row("fits", ["yes" if max(p.est["train_peak"], p.est["rollout_peak"]) <= device_bytes else
                  f"NO +{(max(p.est['train_peak'], p.est['rollout_peak']) - device_bytes) / GiB:.1f}" for p in plans])
     lines.append("")
+    if any(p.gpus for p in plans):
+        lines.append("GPUs (Ray): " + " + ".join(f"{p.spec.id} {p.gpus:g}" for p in plans)
+                     + f" = {sum(p.gpus for p in plans):g}")
     for p in plans:
         lines.append(f"{p.spec.id}: shapes from {p.shape.source}")
     if any(p.inputs.prompt == p.spec.max_prompt_tokens for p in plans):

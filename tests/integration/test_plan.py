@@ -3,6 +3,8 @@ built-in shapes (no model directory here), what sharding does to the table, and 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -50,32 +52,91 @@ def test_the_estimate_is_within_25_percent_of_the_measured_peak(checkpointing):
     assert est["train_peak"] == pytest.approx(measured["peak"], rel=0.25), (est, measured)
 
 
-def test_paper_presets_plan_from_built_in_shapes_and_say_what_fits(capsys):
-    assert main(["plan", "--preset", "paper-size-qwen3-1.7b-4b"]) == 0
+PAPER = [p for p in preset_names() if p.startswith("paper-")]
+ONE_GPU = ["--set", "backend.name=local", "--set", "agents.0.device=cuda:0", "--set", "agents.1.device=cuda:1",
+           "--set", "rollout.engine_options.batch_size=256"] + [
+    f"--set=agents.{i}.{k}" for i in (0, 1) for k in ("data_parallel=1", "fsdp=false", "fsdp_mixed_precision=null")]
+
+
+@pytest.mark.parametrize("preset", PAPER)
+def test_the_paper_presets_fit_8_gpus_of_80_gb_as_shipped(preset, capsys):
+    # as shipped: 2 agents x 4 sharded replicas (FSDP2, bf16 compute over float32 masters), hf rollouts of 32
+    # rows per call, on 8 GPUs of 80 GB, with room
+    assert len(PAPER) == 3
+    assert main(["plan", "--preset", preset]) == 0
+    table = capsys.readouterr().out
+    lines = table.splitlines()
+    assert next(line for line in lines if line.startswith("fits")).split()[1:] == ["yes", "yes"]
+    assert next(line for line in lines if line.startswith("replicas")).split()[2:] == ["4", "fsdp-bf16"] * 2
+    assert next(line for line in lines if line.startswith("GPUs (Ray)")).endswith("= 8")
+    for p in plan.plan(load_config(preset)):
+        assert max(p.est["train_peak"], p.est["rollout_peak"]) < 0.7 * 80 * plan.GiB  # 30% left for the estimate
+
+
+def test_the_paper_pair_on_one_gpu_each_overflows_and_the_plan_says_what_fits(capsys):
+    assert main(["plan", "--preset", "paper-size-qwen3-1.7b-4b", *ONE_GPU]) == 0
     out = capsys.readouterr().out
     assert "built-in shapes of qwen3-4b-base" in out
     assert "qwen3-4b-base overflows 80.0 GiB" in out
     assert "--set agents.qwen3-4b-base.fsdp=true" in out
     sharded = ["--set", "agents.qwen3-4b-base.fsdp=true", "--set", "agents.qwen3-4b-base.data_parallel=4",
                "--set", "backend.name=ray", "--set", "rollout.engine_options.batch_size=16"]
-    assert main(["plan", "--preset", "paper-size-qwen3-1.7b-4b", *sharded]) == 0
+    assert main(["plan", "--preset", "paper-size-qwen3-1.7b-4b", *ONE_GPU, *sharded]) == 0
     table = capsys.readouterr().out
     fits = next(line for line in table.splitlines() if line.startswith("fits"))
     assert fits.split()[1:] == ["yes", "yes"]
     # a sharded agent generates with the hf engine; vLLM's weight push from shards is refused, in one line
-    assert main(["plan", "--preset", "paper-size-qwen3-1.7b-4b", *sharded, "--set", "rollout.engine=vllm"]) == 2
-    assert "agents.qwen3-4b-base.fsdp: pushing a sharded agent's weights" in capsys.readouterr().err
+    assert main(["plan", "--preset", "paper-size-qwen3-1.7b-4b", "--set", "rollout.engine=vllm"]) == 2
+    assert "agents.qwen3-1.7b-base.fsdp: pushing a sharded agent's weights" in capsys.readouterr().err
 
 
 def test_sharding_divides_the_per_device_state():
-    cfg = load_config("paper-state-qwen3-4b", overrides=["backend.name=ray", "agents.qwen3-4b.data_parallel=4",
-                                                          "agents.qwen3-4b.fsdp=true"])
+    # agent 0 sharded 4 ways in float32, agent 1 one plain replica
+    cfg = load_config("paper-state-qwen3-4b", overrides=["agents.0.fsdp_mixed_precision=null",
+                                                          "agents.1.fsdp_mixed_precision=null", "agents.1.fsdp=false",
+                                                          "agents.1.data_parallel=1"])
     sharded, plain = plan.plan(cfg)
     for key in ("weights", "gradients", "optimizer", "reference"):
         assert sharded.est[key] == pytest.approx(plain.est[key] / 4)
     assert plain.est["optimizer"] == pytest.approx(2 * 4 * plain.shape.params)  # two float32 moments
     lora = plan.plan(load_config("paper-state-qwen3-4b", overrides=["agents.qwen3-4b.lora.r=8"]))[0]
     assert lora.est["reference"] == 0 and lora.est["optimizer"] < plain.est["optimizer"] / 100
+
+
+def test_mixed_precision_in_the_plan_by_hand():
+    # a made-up shape with round numbers: 1000 parameters, the largest layer 100, the root 200, 2 layers of
+    # hidden 4, q 4, kv 2, intermediate 8, vocabulary 10
+    shape = plan.Shape("m", "by hand", "M", params=1000, layer_params=100, root_params=200, layers=2, hidden=4,
+                       intermediate=8, q_dim=4, kv_dim=2, vocab=10, qk_norm=False, linears=())
+    fp32 = plan.Setting(world=4, fsdp=True, offload=False, lora_r=None, lora_targets="all-linear",
+                        checkpointing=False, micro=1, dtype="float32", act_dtype="float32", kl=True, engine="hf",
+                        hf_rows=8, engine_util=0.9, sleep=False)
+    mixed = replace(fp32, act_dtype="bfloat16", mixed=True)
+    est = plan.estimate(shape, mixed, prompt=3, answer=5, rollout_rows=8, device_bytes=2**30)
+    # float32 masters, 1/4 each: weights 1000·4/4, gradients the same, AdamW 2·1000·4/4, reference 1000·4/4
+    assert (est["weights"], est["gradients"], est["optimizer"], est["reference"]) == (1000, 1000, 2000, 1000)
+    # bf16 gathers: the root and two layers (200 + 2·100)·2; generation's whole weights 1000·2
+    assert (est["gathered"], est["rollout_full"]) == (800, 2000)
+    # bf16 activations: 8 tokens · 2 layers · (6·4 + 4·4 + 2·2 + 4·8 = 76 values) · 2 bytes
+    assert est["activations"] == 8 * 2 * 76 * 2 == 2432
+    # logits: 2 · 1 row · 5 answer tokens · 10 · 2 bytes, plus a float32 chunk 5 · 10 · 4
+    assert est["logits"] == 200 + 200
+    # hf KV cache: 8 rows · (8 tokens · 2 layers · 2 (k, v) · 2 kv · 2 bytes + 10 · 4 float32 scores)
+    assert est["kv_cache"] == 8 * (128 + 40) == 1344
+    assert est["train_peak"] == 5000 + 800 + 2432 + 400
+    assert est["rollout_peak"] == 5000 + 2000 + 1344
+    # without mixed precision every gathered or computed value is 4 bytes; the resident state is the same
+    full = plan.estimate(shape, fp32, prompt=3, answer=5, rollout_rows=8, device_bytes=2**30)
+    assert (full["gathered"], full["rollout_full"], full["activations"]) == (1600, 4000, 4864)
+    assert all(full[k] == est[k] for k in ("weights", "gradients", "optimizer", "reference"))
+
+
+def test_the_plan_suggests_mixed_precision_as_a_fix():
+    # sharded float32 4B agents on 30 GiB devices: bf16 gathers and compute are among the fixes
+    cfg = load_config("paper-state-qwen3-4b", overrides=["agents.0.fsdp_mixed_precision=null",
+                                                          "agents.1.fsdp_mixed_precision=null"])
+    fixes = [label for label, _ in plan.plan(cfg, device_memory_gib=30)[0].fixes]
+    assert any("agents.qwen3-4b.fsdp_mixed_precision=bfloat16" in label.split() for label in fixes), fixes
 
 
 @pytest.mark.parametrize(("args", "message"), [

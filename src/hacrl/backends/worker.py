@@ -224,8 +224,9 @@ class AgentWorker:
         if self.spec.fsdp:  # shard now that the group exists; a sharded checkpoint's shards go back in
             from hacrl.learner import sharding
 
+            mixed = self.spec.fsdp_mixed_precision
             sharding.shard_agent(self.agent, self.dp_group, offload=self.spec.cpu_offload, lr=self.spec.lr,
-                                 weight_decay=self.spec.weight_decay)
+                                 weight_decay=self.spec.weight_decay, compute_dtype=DTYPES[mixed] if mixed else None)
             ckpt = self._resume_from / "agents" / self.spec.id if self._resume_from else None
             if ckpt is not None and sharding.has_sharded(ckpt):
                 sharding.load_sharded(self.agent, ckpt, self.dp_group)
@@ -566,7 +567,8 @@ def warn_slow_cpu_precision(spec: AgentSpec) -> str | None:
     return it (None when the dtype is fast here, or the agent is not on the CPU)."""
     if torch.device(spec.device).type != "cpu":
         return None
-    low = [(f"agents.{spec.id}.{name}", value) for name, value in (("dtype", spec.dtype), ("autocast", spec.autocast))
+    low = [(f"agents.{spec.id}.{name}", value) for name, value in (("dtype", spec.dtype), ("autocast", spec.autocast),
+                                                                   ("fsdp_mixed_precision", spec.fsdp_mixed_precision))
            if value in ("bfloat16", "float16")]
     if not low:
         return None
@@ -575,7 +577,8 @@ def warn_slow_cpu_precision(spec: AgentSpec) -> str | None:
         return None
     fields = " and ".join(f"{k}={v}" for k, v in low)
     line = (f"{fields}: {low[0][1]} matmuls run {slowdown:.0f}x slower than float32 on this CPU (torch CPU "
-            f"capability {torch.backends.cpu.get_cpu_capability()}); on this CPU use dtype=float32 and autocast=null")
+            f"capability {torch.backends.cpu.get_cpu_capability()}); on this CPU use dtype=float32 and autocast=null"
+            + (" and fsdp_mixed_precision=null" if spec.fsdp_mixed_precision else ""))
     logger.warning(line)
     return line
 

@@ -9,6 +9,14 @@ in forward and again in backward, reduce-scattered gradients after). A full-weig
 reference is sharded the same way; a LoRA agent's reference is its base with the adapter off (no copy),
 and only the adapter's parameters have gradients and optimizer state. ``cpu_offload`` keeps the shards,
 their gradients and the optimizer step in host memory (FSDP2's ``CPUOffloadPolicy``).
+``fsdp_mixed_precision: bfloat16`` adds FSDP2's ``MixedPrecisionPolicy(param_dtype=bfloat16,
+reduce_dtype=float32)`` to every unit (policy and reference alike): the float32 shards are cast to bf16
+before each all-gather (half the gathered memory and traffic), the layers compute in bf16 (their saved
+activations are bf16), each unit's bf16 gradient is cast to float32 before the reduce-scatter, and the
+shards, their gradients and AdamW's moments stay float32: the master weights an lr of 1e-6 still moves
+(``tests/integration/test_mixed_precision.py``). Generation's gathered weights are bf16 too. Unlike
+``autocast``, a layer's ops take bf16 tensors (where the model's code upcasts, as Qwen's RMSNorm does,
+it still does); the log-probs are read from the bf16 logits in float32 chunks (``hacrl.core.logprobs``).
 
 Departures from a textbook FSDP loop, each forced by how hacrl trains:
 
@@ -72,15 +80,30 @@ def _mesh(group: Any, device: torch.device) -> Any:
     return DeviceMesh.from_group(group, device.type)
 
 
-def shard_module(model: nn.Module, group: Any, device: torch.device, *, offload: bool, root_reshard: bool) -> None:
-    """``fully_shard`` every decoder layer, then the root, over ``group``; gradients summed across ranks."""
+def mixed_precision_policy(compute: torch.dtype | None) -> Any:
+    """FSDP2's policy for ``compute`` (``agents.<id>.fsdp_mixed_precision``): parameters all-gathered and
+    computed in ``compute``, gradients cast to float32 before they are reduce-scattered, the sharded
+    parameters (the master weights AdamW steps) left in their own dtype. ``None``: no policy (the
+    parameters' own dtype throughout)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if compute is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+
+
+def shard_module(model: nn.Module, group: Any, device: torch.device, *, offload: bool, root_reshard: bool,
+                 compute_dtype: torch.dtype | None = None) -> None:
+    """``fully_shard`` every decoder layer, then the root, over ``group``; gradients summed across ranks;
+    with ``compute_dtype`` FSDP2's mixed precision (:func:`mixed_precision_policy`)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, OffloadPolicy, fully_shard
 
     mesh = _mesh(group, device)
     policy = CPUOffloadPolicy(pin_memory=device.type == "cuda") if offload else OffloadPolicy()
+    mp = mixed_precision_policy(compute_dtype)
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh, offload_policy=policy, reshard_after_forward=True)
-    fully_shard(model, mesh=mesh, offload_policy=policy, reshard_after_forward=root_reshard)
+        fully_shard(layer, mesh=mesh, offload_policy=policy, mp_policy=mp, reshard_after_forward=True)
+    fully_shard(model, mesh=mesh, offload_policy=policy, mp_policy=mp, reshard_after_forward=root_reshard)
     if offload:  # the shards live in host memory; inputs go where the layers compute
         model.compute_device = device
     for m in model.modules():
@@ -89,15 +112,17 @@ def shard_module(model: nn.Module, group: Any, device: torch.device, *, offload:
             m.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM for float32)
 
 
-def shard_agent(agent: Any, group: Any, *, offload: bool, lr: float, weight_decay: float) -> None:
+def shard_agent(agent: Any, group: Any, *, offload: bool, lr: float, weight_decay: float,
+                compute_dtype: torch.dtype | None = None) -> None:
     """Shard ``agent``'s model (and a full-weight reference copy) over ``group`` and rebuild its AdamW
-    over the sharded parameters (so its state is sharded too)."""
+    over the sharded parameters (so its state is sharded too); ``compute_dtype``: bf16 mixed precision
+    for both (float32 master shards, gradients and AdamW state)."""
     from hacrl.agents.lora import AdapterDisabledReference
 
     device = agent.device
-    shard_module(agent.model, group, device, offload=offload, root_reshard=False)
+    shard_module(agent.model, group, device, offload=offload, root_reshard=False, compute_dtype=compute_dtype)
     if agent.ref_model is not None and not isinstance(agent.ref_model, AdapterDisabledReference):
-        shard_module(agent.ref_model, group, device, offload=offload, root_reshard=True)
+        shard_module(agent.ref_model, group, device, offload=offload, root_reshard=True, compute_dtype=compute_dtype)
     agent.configure_optimizer(lr=lr, weight_decay=weight_decay)
 
 

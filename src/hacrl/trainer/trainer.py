@@ -250,7 +250,7 @@ class Trainer:
         # the hf engine's log-probs are π_old exactly only at T=1, top-p 1 and full precision: under
         # autocast or with low-precision weights, decoding and the training pass run different kernels, and
         # a rounding gap of 1e-3 in the sequence ratio already exceeds GSPO's clip radii (3e-4 / 4e-4)
-        mixed = any(a.autocast or a.dtype != "float32" for a in self.cfg.agents)
+        mixed = any(a.autocast or a.fsdp_mixed_precision or a.dtype != "float32" for a in self.cfg.agents)
         return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0 and not mixed)
 
     def _score(self, problems: list[Problem], answers: list[Trajectory]) -> tuple[TrajectoryPool, dict]:
