@@ -236,7 +236,6 @@ class TrainerConfig(_Section):
         "trains at its own pace and shares its answers through a pool (settings in async.*, docs/async.md)")
 
 
-
 class BackendConfig(_Section):
     name: Literal["local", "ray"] = Field("local", description="local: every agent in this process; "
                                           "ray: one Ray actor per agent")
@@ -402,6 +401,25 @@ def rollout_correction_mode(cfg: Config) -> str:
     tempered = r.engine_options.get("logprobs_mode") == "processed_logprobs" and (r.temperature != 1.0
                                                                                  or r.top_p != 1.0)
     return "truncate" if r.engine == "vllm" and not tempered else "off"
+
+
+def recompute_old_logprobs(cfg: Config) -> bool:
+    """Whether π_old comes from a training-pass recomputation after the rollout (``rollout.old_logprobs`` with
+    ``auto`` resolved). The ``hf`` engine's log-probs are π_old exactly only at temperature 1, top-p 1 and full
+    precision: under autocast, low-precision weights or FSDP mixed precision, decoding and the training pass run
+    different kernels, and a rounding gap of 1e-3 in the sequence ratio already exceeds GSPO's clip radii
+    (3e-4 / 4e-4); vLLM's log-probs always come from other kernels.
+
+    >>> base = {"agents": [{"id": "a", "model": "m"}]}
+    >>> recompute_old_logprobs(build_config(base)), recompute_old_logprobs(build_config(
+    ...     {**base, "rollout": {"temperature": 0.7}}))
+    (False, True)
+    """
+    r = cfg.rollout
+    if r.old_logprobs != "auto":
+        return r.old_logprobs == "recompute"
+    mixed = any(a.autocast or a.fsdp_mixed_precision or a.dtype != "float32" for a in cfg.agents)
+    return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0 and not mixed)
 
 
 # ---- loading ------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from hacrl.agents.agent import Agent
 from hacrl.agents.gguf import check_finetune_overlap
 from hacrl.backends import AgentFailure, make_backend
 from hacrl.backends.worker import resolve_model_path
-from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
+from hacrl.config import Config, ConfigError, derive, dump_config, recompute_old_logprobs, resume_conflict
 from hacrl.core import CapabilityTracker
 from hacrl.core.window import CrossWindow
 from hacrl.data.factory import build_task, task_scorer
@@ -244,14 +244,7 @@ class Trainer:
         return {f"agent/{agent_id}/rollout/{k}": v for k, v in m.items()}
 
     def _needs_recompute(self) -> bool:
-        r = self.cfg.rollout
-        if r.old_logprobs != "auto":
-            return r.old_logprobs == "recompute"
-        # the hf engine's log-probs are π_old exactly only at T=1, top-p 1 and full precision: under
-        # autocast or with low-precision weights, decoding and the training pass run different kernels, and
-        # a rounding gap of 1e-3 in the sequence ratio already exceeds GSPO's clip radii (3e-4 / 4e-4)
-        mixed = any(a.autocast or a.fsdp_mixed_precision or a.dtype != "float32" for a in self.cfg.agents)
-        return not (r.engine == "hf" and r.temperature == 1.0 and r.top_p == 1.0 and not mixed)
+        return recompute_old_logprobs(self.cfg)
 
     def _score(self, problems: list[Problem], answers: list[Trajectory]) -> tuple[TrajectoryPool, dict]:
         result = self.score([t.text for t in answers], [problems[t.prompt_index] for t in answers])
