@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from hacrl.report.answers import render_answer_quality
+from hacrl.report.pace import render_pace
 
 
 def _f(v: float | None, fmt: str = ".3f") -> str:
@@ -217,6 +218,7 @@ def render_report(summary: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", ("*training phases*: the sum of the trainer's `timing/*` over steps; *other*: wall − "
                    "phases (model loading, evaluation, checkpoints)."), ""]
+    lines += render_pace(s.get("pace"))
 
     lines += ["## Collaboration diagnostics", ""]
     if not s["diagnostics"]:

@@ -53,7 +53,15 @@ def _config_mismatch(run_dir: Path, cfg: Config) -> str | None:
 
 
 def checkpoint_step(path: Path) -> int:
-    return int(path.name.split("-")[1])
+    """How far a checkpoint's run got, in ``trainer.steps`` units: its step, or for an asynchronous run (its
+    step counts every agent's updates) the slowest agent's version, from the manifest."""
+    step = int(path.name.split("-")[1])
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return step
+    versions = manifest.get("versions") if manifest.get("mode") == "async" else None
+    return min(int(v) for v in versions) if versions else step
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
@@ -76,7 +84,8 @@ def pruned_run_steps(run_dir: Path) -> int | None:
     reached = max((int(inv.get("to_step") or 0) for inv in record.get("invocations", [])), default=0)
     if not any(int(r.get("step", -1)) == reached for r in read_jsonl(run_dir / "metrics.jsonl")):
         return None
-    return reached
+    progress = async_progress(run_dir)
+    return reached if progress is None else progress.get(reached)
 
 
 def remove_checkpoints(run_dir: Path) -> bool:
@@ -93,7 +102,46 @@ def remove_checkpoints(run_dir: Path) -> bool:
 
 
 def _final_accuracies(run_dir: Path, step: int) -> dict[str, float]:
-    return {agent: acc for (s, agent), acc in read_evals(run_dir).items() if s == step}
+    return {agent: acc for (s, agent), acc in _by_progress(run_dir, read_evals(run_dir)).items() if s == step}
+
+
+# ---- asynchronous runs: logged steps count every agent's updates ----------------------------------------
+
+def _saved_config(run_dir: Path) -> dict[str, Any]:
+    try:
+        return yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def run_mode(run_dir: Path) -> str:
+    """``trainer.mode`` of the run as its config.yaml saved it (``lockstep`` without one)."""
+    return str((_saved_config(run_dir).get("trainer") or {}).get("mode") or "lockstep")
+
+
+def async_progress(run_dir: Path) -> dict[int, int] | None:
+    """An asynchronous run's logged step (the run's total updates) → its progress in ``trainer.steps`` units
+    (the slowest agent's version), at every step where a metrics line names every agent's version (the
+    evaluation lines; an update line names its own agent's) and at 0; None for a lock-step run, whose steps
+    are its progress."""
+    saved = _saved_config(run_dir)
+    if str((saved.get("trainer") or {}).get("mode")) != "async":
+        return None
+    keys = [f"agent/{a.get('id')}/version" for a in saved.get("agents") or []]
+    out = {0: 0}
+    for r in read_jsonl(run_dir / "metrics.jsonl"):
+        if keys and all(isinstance(r.get(k), int | float) for k in keys):
+            out[int(r["step"])] = int(min(r[k] for k in keys))
+    return out
+
+
+def _by_progress(run_dir: Path, records: dict[tuple[int, str], Any]) -> dict[tuple[int, str], Any]:
+    """(logged step, agent) → value re-keyed by the run's progress (asynchronous runs; others unchanged); a step
+    without a known progress is left out."""
+    progress = async_progress(run_dir)
+    if progress is None:
+        return records
+    return {(progress[s], agent): v for (s, agent), v in records.items() if s in progress}
 
 
 @dataclass
@@ -202,30 +250,42 @@ def _fmt_accs(accs: dict[str, float]) -> str:
 
 # ---- reading a run back --------------------------------------------------------------------------------
 
-def _read_metrics(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """step → metrics (the last line of a step wins)."""
-    return {int(r["step"]): r for r in read_jsonl(run_dir / "metrics.jsonl")}
+def _read_metrics(run_dir: Path, merge: bool = False) -> dict[int, dict[str, Any]]:
+    """step → metrics (the last line of a step wins; ``merge``: the lines of a step are merged, as an
+    asynchronous run logs an update and an evaluation at the same step)."""
+    out: dict[int, dict[str, Any]] = {}
+    for r in read_jsonl(run_dir / "metrics.jsonl"):
+        step = int(r["step"])
+        out[step] = {**out.get(step, {}), **r} if merge else r
+    return out
 
 
 @dataclass
 class RunData:
     algo: str
     seed: int
-    metrics: dict[int, dict[str, Any]]
+    metrics: dict[int, dict[str, Any]]  # by logged step: an asynchronous run's count every agent's updates
     evals: dict[tuple[int, str], float]  # greedy accuracy
     sampled: dict[tuple[int, str], dict[str, float]] = field(default_factory=dict)  # avg@k, pass@k, k
     problems: dict[tuple[int, str], dict[str, dict[str, float]]] = field(default_factory=dict)  # see below
+    mode: str = "lockstep"  # trainer.mode; evaluations are keyed by progress in trainer.steps units either way
 
 
 def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
     steps = cfg.trainer.steps
     out = []
     for o in outcomes:
-        metrics = {s: m for s, m in _read_metrics(o.run_dir).items() if s <= steps}
-        evals = {k: v for k, v in read_evals(o.run_dir).items() if k[0] <= steps}
-        sampled = {k: v for k, v in read_sampled_evals(o.run_dir).items() if k[0] <= steps}
-        problems = {k: v for k, v in read_problem_records(o.run_dir).items() if k[0] <= steps}
-        out.append(RunData(o.algo, o.seed, metrics, evals, sampled, problems))
+        progress = async_progress(o.run_dir)
+        # an asynchronous run's lines up to the step where its slowest agent reached trainer.steps
+        last = steps if progress is None else max((s for s, p in progress.items() if p <= steps), default=0)
+        metrics = {s: m for s, m in _read_metrics(o.run_dir, merge=progress is not None).items() if s <= last}
+        evals = {k: v for k, v in _by_progress(o.run_dir, read_evals(o.run_dir)).items() if k[0] <= steps}
+        sampled = {k: v for k, v in _by_progress(o.run_dir, read_sampled_evals(o.run_dir)).items()
+                   if k[0] <= steps}
+        problems = {k: v for k, v in _by_progress(o.run_dir, read_problem_records(o.run_dir)).items()
+                    if k[0] <= steps}
+        out.append(RunData(o.algo, o.seed, metrics, evals, sampled, problems,
+                           "lockstep" if progress is None else "async"))
     return out
 
 

@@ -20,6 +20,7 @@ import yaml
 from hacrl.config import Config
 from hacrl.learner.algorithms import ALGORITHMS, Algorithm, adaptive_window
 from hacrl.report.answers import answer_quality
+from hacrl.report.pace import pace_summary
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import (
     BOOTSTRAP_B,
@@ -160,6 +161,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
     summary["runs_with_problem_records"] = sum(bool(d.problems) for d in data)
     summary["answer"] = answer_rows(summary)
     summary["answer_quality"] = answer_quality(outcomes, agent_ids, algos, baselines, seeds, steps, t.eval_budget)
+    summary["pace"] = pace_summary(by_algo, agent_ids)  # idle share, updates/hour, staleness, answers used
 
     for algo in algos:
         if not algorithm_of(algo).shares_pool:
