@@ -271,7 +271,8 @@ def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created:
             return 2
         where = f"the last complete checkpoint is {last}; resume with: {_command(args, run_dir, '--resume')}" \
             if last else "no checkpoint was written yet (set trainer.checkpoint_every); start the run again"
-        print(f"hacrl: error: step {trainer.step_idx + 1}: {exc}; {where}", file=sys.stderr)
+        step = trainer.step_idx + (getattr(exc, "method", None) != "save")  # a save follows its step
+        print(f"hacrl: error: step {step}: {exc}; {where}", file=sys.stderr)
         return 3
     except BaseException as exc:
         if fresh and latest_checkpoint(run_dir / "checkpoints") is None:

@@ -69,7 +69,7 @@ def test_a_killed_actor_is_named_and_the_run_resumes_from_its_checkpoint(tmp_pat
     monkeypatch.setenv("HACRL_FAILPOINT", "update@2")  # every agent's actor kills itself after its step-2 update
     assert main([*args, "--output", str(out)]) == 3
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "agent 'qwen-char': its Ray actor died during update" in err
+    assert "agent 'qwen-char' rank 0: its Ray actor died during update" in err
     assert "step-000001" in err and "--resume" in err
     monkeypatch.delenv("HACRL_FAILPOINT")
     assert main([*args, "--output", str(out), "--resume"]) == 0

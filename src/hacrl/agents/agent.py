@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ from hacrl.errors import InputError
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# rendered prompts kept per agent, least recently used dropped first: a step's prompts and the held-out sets
+# stay cached, while a run over a large data set does not keep every prompt it ever saw (100,000 prompts of
+# ~500 tokens held ~1.8 GB as lists of ints)
+PROMPT_CACHE_SIZE = 4096
 
 
 @dataclass
@@ -144,7 +149,7 @@ class Agent:
         self.optimizer: torch.optim.Optimizer | None = None
         self.ref_model: Any = None
         self.autocast_dtype: torch.dtype | None = None  # mixed precision: forward passes in this dtype
-        self._prompt_cache: dict[str, list[int]] = {}
+        self._prompt_cache: OrderedDict[str, list[int]] = OrderedDict()  # most recently used last
 
     # ---- set-up -------------------------------------------------------------------------------
     def configure_optimizer(self, *, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999)) -> None:
@@ -197,6 +202,7 @@ class Agent:
         """Token ids of the prompt as this agent sees it (chat template or plain text)."""
         cached = self._prompt_cache.get(prompt)
         if cached is not None:
+            self._prompt_cache.move_to_end(prompt)
             return cached
         if self.use_chat:
             messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
@@ -213,8 +219,9 @@ class Agent:
         if not ids:
             raise ValueError(f"agents[{self.id}]: prompt {prompt[:40]!r} renders to no tokens")
         ids = ids[-self.max_prompt_tokens :]
-        if len(self._prompt_cache) < 100_000:
-            self._prompt_cache[prompt] = ids
+        self._prompt_cache[prompt] = ids
+        if len(self._prompt_cache) > PROMPT_CACHE_SIZE:
+            self._prompt_cache.popitem(last=False)
         return ids
 
     def decode_answers(self, token_ids: list[list[int]]) -> list[str]:

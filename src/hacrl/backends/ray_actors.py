@@ -1,8 +1,8 @@
 """The ``ray`` backend: one Ray actor per agent (per replica with ``data_parallel``), called concurrently.
 
 A Ray actor that dies (killed, out of memory, its node lost) or raises is reported as ``AgentFailure``
-naming the agent, the method and the cause; bad input inside an actor stays the same one-line
-``InputError`` as locally.
+naming the agent, its rank (0 without data parallel), the method and the cause; bad input inside an
+actor stays the same one-line ``InputError`` as locally.
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ class RayBackend:
             world = cfg.agents[i].data_parallel
             group = []
             for rank in range(world):
-                options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
+                # enable_task_events off: Ray's GCS would keep a ~3.6 KiB record of every call (up to 100,000
+                # by default: ~2 MiB per 100 steps of tiny-test, bench/soak.py); hacrl reports failures itself
+                options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0,
+                                           "enable_task_events": False}
                 if self._placement is not None:
                     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -76,8 +79,8 @@ class RayBackend:
         addresses = [self._get(g[0].rendezvous.remote(), self.ids[i], "rendezvous") for i, g in groups]
         refs = [(i, [actor.init_data_parallel.remote(addr) for actor in g]) for (i, g), addr in zip(groups, addresses)]
         for i, rank_refs in refs:
-            for ref in rank_refs:
-                self._get(ref, self.ids[i], "init_data_parallel")
+            for rank, ref in enumerate(rank_refs):
+                self._get(ref, self.ids[i], "init_data_parallel", rank)
 
     @staticmethod
     def _resources(cfg: Config, i: int) -> tuple[float, float]:
@@ -122,7 +125,7 @@ class RayBackend:
             for ref in ready:
                 i, rank = pending.pop(ref)
                 try:
-                    results[ref] = self._get(ref, self.ids[i], method, rank if len(refs[i]) > 1 else None)
+                    results[ref] = self._get(ref, self.ids[i], method, rank)
                 except AgentFailure:
                     self._raise_first_failure(refs, ref, list(pending), method)
         return [_merge(method, [results[ref] for ref in rank_refs]) for rank_refs in refs]
@@ -154,14 +157,14 @@ class RayBackend:
             for rank, ref in enumerate(rank_refs):
                 if ref in finished:
                     try:
-                        self._get(ref, self.ids[i], method, rank if len(rank_refs) > 1 else None)
+                        self._get(ref, self.ids[i], method, rank)
                     except AgentFailure as exc:
                         failures.append(exc)
         raise next((f for f in failures if getattr(f, "died", False)), failures[0])
 
-    def _get(self, ref: Any, agent_id: str, method: str, rank: int | None = None) -> Any:
+    def _get(self, ref: Any, agent_id: str, method: str, rank: int = 0) -> Any:
         exc_mod = self._ray.exceptions
-        who = f"agent {agent_id!r}" + (f" rank {rank}" if rank is not None else "")
+        who = f"agent {agent_id!r} rank {rank}"
         try:
             return self._ray.get(ref)
         except exc_mod.RayTaskError as exc:
@@ -169,14 +172,15 @@ class RayBackend:
             self._failed = True  # the other replicas may be stuck in a collective: close() kills them at once
             if isinstance(cause, InputError):  # bad input or a divergence inside an actor (TrainingDiverged):
                 raise cause from None  # the same one-line error as locally
-            raise AgentFailure(f"{who} failed in {method}: {type(cause).__name__}: {_first_line(cause)}") from None
+            failure = AgentFailure(f"{who} failed in {method}: {type(cause).__name__}: {_first_line(cause)}")
         except exc_mod.RayActorError as exc:
             lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
             reason = lines[0] + (f" {lines[-1]}" if len(lines) > 1 else "")
             self._failed = True  # the other replicas may be stuck in a collective: close() kills them at once
             failure = AgentFailure(f"{who}: its Ray actor died during {method} ({reason[:400]})")
             failure.died = True  # type: ignore[attr-defined]
-            raise failure from None
+        failure.method = method  # type: ignore[attr-defined]  # "save": after its step, writing the checkpoint
+        raise failure from None
 
     def close(self) -> None:
         ray = self._ray

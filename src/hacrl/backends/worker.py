@@ -261,7 +261,7 @@ class AgentWorker:
         with self._own_rng(), self._diverges_in("rollout", self.step_idx + 1):
             params = dataclasses.replace(params, seed=int(torch.randint(0, 2**31 - 1, (1,))))
             samples = self.engine.generate(self.agent, rendered, params) if rendered else []
-        failpoint("rollout", self.step_idx + 1)
+        failpoint("rollout", self.step_idx + 1, self.spec.id)
         if not all(math.isfinite(sum(s.logps)) for s in samples):
             raise self._diverged("rollout", self.step_idx + 1, "the sampled answers' log-probabilities are not finite")
         metrics: dict[str, float] = {}
@@ -351,7 +351,7 @@ class AgentWorker:
         if sync is not None:
             sync(agent)
         self.step_idx += 1
-        failpoint("update", self.step_idx)
+        failpoint("update", self.step_idx, self.spec.id)
         metrics["optimizer_steps"] = len(mbs)
         metrics["truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
         metrics.update(stale_metrics)
@@ -470,6 +470,7 @@ class AgentWorker:
             self.agent.save(path)
         else:
             path.mkdir(parents=True, exist_ok=True)
+        failpoint("save", self.step_idx, self.spec.id)
         torch.save(self._rng, path / self._rng_file)
         if self.cfg.trainer.mode == "async" and self.rank == 0:
             self._save_pending(path / PENDING_FILE)
