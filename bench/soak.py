@@ -11,6 +11,7 @@ as several MiB per 100 steps.
 
     python bench/soak.py --backend local --steps 300 --out soak-local.json
     python bench/soak.py --backend ray --steps 200 --out soak-ray.json
+    python bench/soak.py --backend ray --steps 200 --set agents.qwen-char.data_parallel=2   # replicas
     python bench/soak.py ... --set trainer.batch_size=8      # any config override
 
 Figures and their reading: docs/robustness.md.
@@ -42,16 +43,29 @@ def sample(proc: psutil.Process) -> dict[str, float] | None:
         return None
 
 
-def processes(trainer: Any) -> dict[str, psutil.Process]:
+def actor_processes(trainer: Any) -> dict[str, psutil.Process]:
+    """Ray: every agent's actors, ``actor/<id>`` (``actor/<id>#<rank>`` with data parallel), asked once."""
+    if trainer.cfg.backend.name != "ray":
+        return {}
+    import ray
+
+    found = {}
+    for group in trainer.backend.groups:
+        for info in ray.get([actor.info.remote() for actor in group]):
+            rank = f"#{info['rank']}" if info["world"] > 1 else ""
+            found[f"actor/{info['id']}{rank}"] = psutil.Process(info["pid"])
+    return found
+
+
+def processes(trainer: Any, actors: dict[str, psutil.Process]) -> dict[str, psutil.Process]:
     """The run's processes by role: the trainer, reward workers (by slot: a restarted worker keeps its
     slot), agent actors (Ray), Ray's daemons (descendants of this process named raylet / gcs_server)."""
     me = psutil.Process()
     found = {"trainer": me}
     for i, pid in enumerate(trainer.scorer.pids):
         found[f"reward-worker-{i}"] = psutil.Process(pid)
-    if trainer.cfg.backend.name == "ray":
-        for info in trainer.agent_info:
-            found[f"actor/{info['id']}"] = psutil.Process(info["pid"])
+    if actors:
+        found.update(actors)
         for child in me.children(recursive=True):
             try:
                 name = child.name()
@@ -106,6 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         run_dir = Path(tmp) / "run"
         run_dir.mkdir()
         trainer = Trainer(cfg, run_dir)
+        actors = actor_processes(trainer)
         last = time.perf_counter()
 
         def record(step: int, _metrics: dict[str, float]) -> None:
@@ -113,7 +128,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             now = time.perf_counter()
             step_times.append(now - last)
             last = now
-            for role, proc in processes(trainer).items():
+            for role, proc in processes(trainer, actors).items():
                 measured = sample(proc)
                 if measured is None:
                     continue

@@ -5,7 +5,7 @@ checkpoint and the command that resumes it; that checkpoint verifies and loads; 
 exactly the metrics and evaluations of an uninterrupted run.
 
 The quick test kills the actor's process by its pid from the test, as the OOM killer would; the matrix
-(marked slow, ~20-40 s each on 2 shared cores) uses ``hacrl.failpoints``
+(marked slow, 25-75 s each on 2 shared, busy cores) uses ``hacrl.failpoints``
 (``HACRL_FAILPOINT=<agent>/<point>@<step>#<rank>``: that actor kills itself at that point), which lands
 the kill in a chosen phase of a chosen step. In-process (``main``) on the tiny preset, one Ray instance
 for the module; the other agents keep running until the trainer stops them.
@@ -27,8 +27,6 @@ from hacrl.config import load_config
 from hacrl.trainer.checkpoint import complete_checkpoints, load_state, verify_checkpoint
 from hacrl.trainer.trainer import AgentFailure, Trainer
 
-ray = pytest.importorskip("ray")
-
 OVERRIDES = ["trainer.steps=3", "trainer.checkpoint_every=1", "trainer.eval_size=20", "trainer.threads=1",
              "backend.num_cpus_per_agent=0.5"]
 DP = "agents.qwen-char.data_parallel=2"
@@ -42,6 +40,7 @@ def argv(out: Path, *overrides: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ray_instance():
+    ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     yield
     ray.shutdown()
