@@ -26,6 +26,7 @@ and per (seed, problem) (95% bootstrap interval: ``paired_bootstrap``, as ``hacr
 
     python bench/async_pace.py --seeds 3 --steps 40 --output results/async-pace
     python bench/async_pace.py --seeds 1 --steps 2 --eval-size 8 --backend local --output /tmp/pace  # smoke
+    python bench/async_pace.py --tables results/async-pace/async_pace.json --only-seeds 0,1,2  # re-tabulate
 
 Writes ``<output>/async_pace.json`` (every raw number: per seed, mode and agent the timings, versions, idle shares,
 per-problem rewards) and prints the step costs, the idle-share table and the accuracy table. Results:
@@ -120,8 +121,9 @@ class Clock:
 
 
 def evaluate(t: Any, k: int, clock: Clock | None = None) -> dict[str, Any]:
-    """Agent k's greedy answers to the held-out problems, scored: accuracy and reward per problem id. The
-    seconds it takes are taken off ``clock``."""
+    """Agent k's greedy answers to the held-out problems, scored: accuracy and the rewards in the order of
+    ``t.eval_problems`` (the ids are written once, in the JSON's ``eval_ids``). The seconds it takes are taken
+    off ``clock``."""
     from hacrl.rollout import SamplingParams
     from hacrl.trainer.evaluation import score_answers
 
@@ -132,7 +134,7 @@ def evaluate(t: Any, k: int, clock: Clock | None = None) -> dict[str, Any]:
     res, records = score_answers(t.agent_ids[k], t.eval_problems, answers, t.score)
     if clock is not None:
         clock.pause(k, time.perf_counter() - start)
-    return {"acc": res.greedy_acc, "rewards": dict(zip(records.ids, records.reward, strict=True))}
+    return {"acc": res.greedy_acc, "rewards": list(records.reward)}
 
 
 def run_lockstep(cfg: Any, run_dir: Path) -> dict[str, Any]:
@@ -150,10 +152,11 @@ def run_lockstep(cfg: Any, run_dir: Path) -> dict[str, Any]:
             steps.append({"wall": time.perf_counter() - t0, **{
                 f"{phase}/{a}": m[f"timing/{phase}/{a}"] for phase in ("rollout", "update") for a in t.agent_ids}})
         final = {a: evaluate(t, k) for k, a in enumerate(t.agent_ids)}
+        ids = [p.id for p in t.eval_problems]
     finally:
         t.close()
     busy = {a: sum(s[f"rollout/{a}"] + s[f"update/{a}"] for s in steps) for a in t.agent_ids}
-    return {"wall_s": wall, "steps": steps, "start": start, "busy_s": busy,
+    return {"wall_s": wall, "steps": steps, "start": start, "busy_s": busy, "eval_ids": ids,
             "agents": {a: {"idle": 1 - busy[a] / wall, "updates_at_wall": cfg.trainer.steps,
                            "updates": cfg.trainer.steps, "at_wall": final[a], "at_steps": final[a]}
                        for a in t.agent_ids}}
@@ -209,17 +212,23 @@ def _ms(values: list[float], fmt: str = ".3f") -> str:
 
 
 def step_costs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per agent the mean rollout and update busy seconds per lock-step step, over seeds; slow/fast ratios."""
-    out: dict[str, Any] = {}
+    """Per agent the mean rollout and update busy seconds per step (lock-step) and per round (async), over
+    seeds; the slow/fast ratios of lock-step's."""
+    out: dict[str, Any] = {"lockstep": {}, "async": {}}
     for a in (FAST, SLOW):
         steps = [s for r in runs for s in r["lockstep"]["steps"]]
-        out[a] = {ph: sum(s[f"{ph}/{a}"] for s in steps) / len(steps) for ph in ("rollout", "update")}
-        out[a]["step"] = out[a]["rollout"] + out[a]["update"]
-    out["ratio"] = {ph: out[SLOW][ph] / out[FAST][ph] for ph in ("rollout", "update", "step")}
+        rounds = [u for r in runs for u in r["async"]["updates"] if u["agent"] == a]
+        out["lockstep"][a] = {ph: sum(s[f"{ph}/{a}"] for s in steps) / len(steps) for ph in ("rollout", "update")}
+        out["async"][a] = {ph: sum(u[f"timing/{ph}/{a}"] for u in rounds) / len(rounds)
+                           for ph in ("rollout", "update")}
+        for mode in ("lockstep", "async"):
+            out[mode][a]["step"] = out[mode][a]["rollout"] + out[mode][a]["update"]
+    lock = out["lockstep"]
+    out["ratio"] = {ph: lock[SLOW][ph] / lock[FAST][ph] for ph in ("rollout", "update", "step")}
     return out
 
 
-def accuracy_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def accuracy_rows(runs: list[dict[str, Any]], ids: list[str]) -> list[dict[str, Any]]:
     """Per agent and comparison point, lock-step and async accuracies over seeds and async − lock-step paired
     by seed (t-test) and by (seed, problem) (bootstrap interval)."""
     from hacrl.report.stats import paired_bootstrap, paired_difference
@@ -231,7 +240,8 @@ def accuracy_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             asy = [r["async"]["agents"][a].get(point) for r in runs]
             pairs = [(x, y) for x, y in zip(asy, lock, strict=True) if x is not None]
             st = paired_difference([x["acc"] for x, _ in pairs], [y["acc"] for _, y in pairs])
-            iv = paired_bootstrap([x["rewards"] for x, _ in pairs], [y["rewards"] for _, y in pairs])
+            iv = paired_bootstrap([dict(zip(ids, x["rewards"], strict=True)) for x, _ in pairs],
+                                  [dict(zip(ids, y["rewards"], strict=True)) for _, y in pairs])
             rows.append({"agent": a, "point": point, "start": [r["lockstep"]["start"][a]["acc"] for r in runs],
                          "lockstep": [y["acc"] for _, y in pairs], "async": [x["acc"] for x, _ in pairs],
                          "seeds": st, "interval": {k: iv[k] for k in ("mean", "lo", "hi", "pairs", "p")}})
@@ -241,12 +251,13 @@ def accuracy_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def print_tables(runs: list[dict[str, Any]], costs: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     from hacrl.report.pace import async_pace
 
-    print(f"\nstep cost in lock-step (mean busy s per step, {len(runs)} seed(s)):")
-    for a in (FAST, SLOW):
-        c = costs[a]
-        print(f"  {a:<6} rollout {c['rollout']:.3f}  update {c['update']:.3f}  step {c['step']:.3f}")
+    print(f"\nstep cost: mean busy s per step (lock-step) and per round (async), {len(runs)} seed(s):")
+    for mode in ("lockstep", "async"):
+        for a in (FAST, SLOW):
+            c = costs[mode][a]
+            print(f"  {mode:<9} {a:<6} rollout {c['rollout']:.3f}  update {c['update']:.3f}  step {c['step']:.3f}")
     r = costs["ratio"]
-    print(f"  {SLOW}/{FAST}: rollout {r['rollout']:.2f}x  update {r['update']:.2f}x  step {r['step']:.2f}x")
+    print(f"  lock-step {SLOW}/{FAST}: rollout {r['rollout']:.2f}x  update {r['update']:.2f}x  step {r['step']:.2f}x")
     print("\nidle share and updates (mean ± sd over seeds; W = lock-step's training wall time):")
     print(f"{'mode':<9} {'agent':<6} {'idle share':>14} {'updates at W':>14} {'updates':>9} "
           f"{'staleness mean/max':>19} {'wall s':>16}")
@@ -298,8 +309,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--group-wait", default="0", help="async.group_wait_s (null: wait for partners in flight)")
     p.add_argument("--backend", default="ray", choices=("ray", "local"))
     p.add_argument("--set", dest="overrides", action="append", default=[], help="more config overrides")
-    p.add_argument("--output", type=Path, required=True, help="directory for async_pace.json")
+    p.add_argument("--output", type=Path, help="directory for async_pace.json")
+    p.add_argument("--tables", type=Path, help="print the tables of a saved async_pace.json instead (no training)")
+    p.add_argument("--only-seeds", help="with --tables: the seeds to tabulate, e.g. 0,1,2")
     args = p.parse_args(argv)
+    if args.tables:
+        saved = json.loads(args.tables.read_text())
+        keep = None if args.only_seeds is None else {int(x) for x in args.only_seeds.split(",")}
+        runs = [r for r in saved["runs"] if keep is None or r["seed"] in keep]
+        print(f"{saved['command']}\nseeds {[r['seed'] for r in runs]} of {args.tables}")
+        print_tables(runs, step_costs(runs), accuracy_rows(runs, saved["eval_ids"]))
+        return
+    if args.output is None:
+        p.error("--output is required (or --tables to print a saved run's tables)")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
     from transformers.utils import logging as hf_logging
@@ -323,10 +345,11 @@ def main(argv: list[str] | None = None) -> None:
             lock = run_lockstep(make_config(args, model_dir, seed, "lockstep"), Path(tmp) / f"lock-{seed}")
             asy = run_async(make_config(args, model_dir, seed, "async"), Path(tmp) / f"async-{seed}", lock["wall_s"])
             runs.append({"seed": seed, "lockstep": lock, "async": asy})
+            ids = lock.pop("eval_ids")
             print(f"seed {seed}: lock-step W {lock['wall_s']:.1f} s, updates "
                   f"{[lock['agents'][a]['updates'] for a in (FAST, SLOW)]}; async at W: "
                   f"{[asy['agents'][a]['updates_at_wall'] for a in (FAST, SLOW)]}", flush=True)
-    costs, rows = step_costs(runs), accuracy_rows(runs)
+    costs, rows = step_costs(runs), accuracy_rows(runs, ids)
     env["load_after"] = os.getloadavg()
     print(f"\n{command}\nCPU {env['cpu']} ({env['cpus']} CPUs, torch capability {env['cpu_capability']}), backend "
           f"{args.backend} with 1 CPU and 1 torch thread per agent; load average before {env['load_before'][0]:.2f}, "
@@ -335,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     args.output.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     record = {"command": command, "settings": settings, "environment": env, "deep_model": deep,
-              "step_costs": costs, "accuracy": rows, "runs": runs}
+              "step_costs": costs, "accuracy": rows, "eval_ids": ids, "runs": runs}
     (args.output / "async_pace.json").write_text(json.dumps(record, indent=1))
     print(f"\nraw numbers: {args.output / 'async_pace.json'}")
 

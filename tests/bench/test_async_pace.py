@@ -39,7 +39,7 @@ def test_one_invocation_prints_both_tables_and_writes_the_raw_numbers(tmp_path, 
     main(["--seeds", "1", "--steps", "2", "--eval-size", "8", "--backend", "local", "--extra-layers", "1",
           "--set", "trainer.batch_size=2", "--set", "rollout.rollouts_per_prompt=2", "--output", str(smoke)])
     text = capsys.readouterr().out
-    assert "step cost in lock-step" in text and "large/small: rollout" in text
+    assert "step cost: mean busy s" in text and "lock-step large/small: rollout" in text
     idle = text.split("idle share and updates")[1].split("held-out greedy accuracy")[0]
     rows = [line.split() for line in idle.splitlines() if line.startswith(("lockstep", "async"))]
     assert [(r[0], r[1]) for r in rows] == [("lockstep", "small"), ("lockstep", "large"), ("async", "small"),
@@ -58,8 +58,13 @@ def test_one_invocation_prints_both_tables_and_writes_the_raw_numbers(tmp_path, 
             assert 0.0 <= a["idle"] <= 1.0
             assert a["updates"] >= 2 and a["updates_at_wall"] <= a["updates"]
             assert len(a["at_wall"]["rewards"]) == 8 and len(a["at_steps"]["rewards"]) == 8
+    assert len(set(record["eval_ids"])) == 8
     assert run["lockstep"]["agents"]["small"]["updates"] == 2
     assert {u["agent"] for u in run["async"]["updates"]} == {"small", "large"}
     assert [(r["agent"], r["point"]) for r in record["accuracy"]] == [
         ("small", "at_wall"), ("small", "at_steps"), ("large", "at_wall"), ("large", "at_steps")]
     assert all(r["interval"]["pairs"] == 8 for r in record["accuracy"])
+
+    main(["--tables", str(smoke / "async_pace.json")])  # the saved numbers give the same tables again
+    again = capsys.readouterr().out
+    assert again.split("step cost: mean busy s")[1] == text.split("step cost: mean busy s")[1].split("\nraw numbers")[0]

@@ -119,7 +119,8 @@ def render_pace(pace: dict[str, Any] | None) -> list[str]:
                    "wall time (asynchronous runs: since the loop began, as `agent/<id>/async/idle_frac` logs it; "
                    "lock-step runs: over the sum of the steps' `timing/*` phases, evaluations included), mean over "
                    "seeds. *updates / hour*, *staleness* (in the learner's versions: how far it had moved since it "
-                   "could first use an answer; mean over the answers it trained on, max over them and the seeds) "
-                   "and *answers used* per source (mean over seeds of the run's total) are logged by asynchronous "
-                   "runs only: — in lock-step, where every answer is used in its own step (staleness 0)."), ""]
+                   "could first use an answer; mean over the answers it took, max over them and the seeds) and "
+                   "*answers used*: taken from the pool per source, mean over seeds of the run's total (an algorithm "
+                   "that does not share trains on its own only) are logged by asynchronous runs only: — in "
+                   "lock-step, where every answer is used in its own step (staleness 0)."), ""]
     return lines
