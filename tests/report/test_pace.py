@@ -173,7 +173,11 @@ def test_a_comparison_of_async_runs_finds_their_final_accuracy_and_reuses_them(t
     for agent in ("qwen-char", "llama-bpe"):
         assert summary["results"][agent]["hacpo"]["final"]["mean"] is not None
         assert summary["pace"]["hacpo"]["agents"][agent]["updates_per_hour"] > 0
-    assert "| hacpo | async | qwen-char |" in report.read_text()
+    text = report.read_text()
+    assert "| hacpo | async | qwen-char |" in text
+    assert "— (async: see Pace)" in text  # no phase wall times in async
+    quality = text.split("## Format or correctness")[1].split("## Cost per run")[0]
+    assert "→ n/a" not in quality and "| hacpo | " in quality  # the final records found by progress too
     lines.clear()
     run_comparison("tiny-test", "hacpo", 1, sets, tmp_path / "cmp", log=lines.append)  # reused, not refused
     assert any("reused (finished run" in line for line in lines)

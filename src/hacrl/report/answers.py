@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hacrl.report.runs import RunOutcome
+from hacrl.report.runs import RunOutcome, async_progress
 from hacrl.report.stats import mean_sd, paired_bootstrap
 from hacrl.trainer.sinks import read_problem_evals
 
@@ -68,8 +68,10 @@ def run_measures(outcome: RunOutcome, steps: Sequence[int]) -> dict[tuple[int, s
     """(step, agent) → :func:`record_measures` of one run at the given steps (those it has records for)."""
     short: dict[tuple[int, str], dict[str, Any]] = {}
     long: dict[tuple[int, str], dict[str, Any]] = {}
+    progress = async_progress(outcome.run_dir)  # an asynchronous run's steps → the slowest agent's version
     for r in read_problem_evals(outcome.run_dir):
-        key = (int(r["step"]), str(r["agent"]))
+        step = int(r["step"]) if progress is None else progress.get(int(r["step"]), -1)
+        key = (step, str(r["agent"]))
         if key[0] not in steps or "benchmark" in r or not _consistent(r):
             continue  # a record whose lists disagree was already reported (hacrl.report.runs) and is left out
         (long if "budget" in r else short)[key] = r

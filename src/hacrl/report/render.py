@@ -215,6 +215,8 @@ def render_report(summary: dict[str, Any]) -> str:
         cells = [algo, _pm(*c["wall_s"], ".1f") + ("" if c["wall_measured"] else " (phases only)"),
                  _pm(*c["phase_s"], ".1f"), _pm(*c["rollout_s"], ".1f"), _pm(*c["update_s"], ".1f"),
                  _f(other, ".1f")]
+        if (s.get("pace") or {}).get(algo, {}).get("mode", "lockstep") != "lockstep":
+            cells[2:] = ["— (async: see Pace)"] * 4  # the agents' phases overlap: no phase wall times
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", ("*training phases*: the sum of the trainer's `timing/*` over steps; *other*: wall − "
                    "phases (model loading, evaluation, checkpoints)."), ""]

@@ -225,8 +225,9 @@ def _train_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps:
         raise
 
     def on_step(step: int, metrics: dict[str, float]) -> None:
-        rewards = "  ".join(f"{a} {metrics.get(f'agent/{a}/reward', float('nan')):.2f}"
-                            for a in trainer.agent_ids)
+        # an asynchronous run logs one agent's update per line: only the agents the line has
+        ids = [a for a in trainer.agent_ids if f"agent/{a}/reward" in metrics] or trainer.agent_ids
+        rewards = "  ".join(f"{a} {metrics.get(f'agent/{a}/reward', float('nan')):.2f}" for a in ids)
         log(f"    step {step}/{steps}  reward {rewards}")
 
     result = trainer.train(progress=on_step if log_steps else None)
