@@ -167,3 +167,42 @@ def test_an_actor_killed_in_each_phase_stops_with_one_line_and_resumes_exactly(t
     assert main([*command[1:], "-q"]) == 0  # the command the line names
     assert outputs(out) == reference(bool(agents))
     assert not list((out / "checkpoints").glob(".tmp-*"))
+
+
+@pytest.mark.slow  # 60-180 s on 2 shared cores: a Ray run, a kill, a resume
+@pytest.mark.usefixtures("ray_instance")
+def test_in_async_mode_an_actor_killed_mid_run_is_named_and_the_run_resumes_with_its_pool(tmp_path, monkeypatch):
+    """trainer.mode=async: the same one line and intact checkpoint; the resumed run (no exact replay at its own
+    pace: docs/async.md) reaches every agent's last version with every answer used, expired or pending."""
+    mode = ["backend.name=ray", "trainer.mode=async", "async.bound=1", "trainer.batch_size=2"]
+    cfg = load_config("tiny-test", overrides=[*OVERRIDES, *mode])
+    out = tmp_path / "run"
+    out.mkdir()
+    trainer = Trainer(cfg, out)
+    pid = next(a["pid"] for a in trainer.agent_info if a["id"] == "llama-bpe")
+    llama = trainer.agent_ids.index("llama-bpe")
+    submit, killed = trainer.backend.submit, []
+
+    def kill_then_submit(agent, method, *args, **kwargs):
+        if agent == llama and method == "rollout" and not killed and complete_checkpoints(out / "checkpoints"):
+            os.kill(pid, signal.SIGKILL)  # as the OOM killer would, once the first checkpoint is complete
+            killed.append(trainer.step_idx)
+        return submit(agent, method, *args, **kwargs)
+
+    monkeypatch.setattr(trainer.backend, "submit", kill_then_submit)
+    with pytest.raises(AgentFailure) as failure:
+        trainer.train()
+    assert killed and str(failure.value).startswith("agent 'llama-bpe' rank 0: its Ray actor died during rollout ("), \
+        failure.value
+    last = complete_checkpoints(out / "checkpoints")[-1]
+    state = load_state(last)
+    assert state["step"] <= killed[0] and min(state["async"]["versions"]) == 1
+    assert_intact(last, state["step"], ["qwen-char", "llama-bpe"])
+    assert main([*argv(out, *mode[1:], "backend.name=local"), "--resume"]) == 0
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    updates = [r for r in lines if any(k.endswith("/async/idle_frac") for k in r)]
+    for agent in ("qwen-char", "llama-bpe"):
+        assert max(r[f"agent/{agent}/version"] for r in updates if f"agent/{agent}/async/idle_frac" in r) >= 3
+        end = updates[-1]
+        assert end[f"pool/used/{agent}"] + end[f"pool/expired/{agent}"] + end[f"pool/pending/{agent}"] \
+            == end["pool/added"]
