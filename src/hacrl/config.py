@@ -313,10 +313,6 @@ class Config(_Section):
             if a.fsdp and a.data_parallel < 2:
                 raise ValueError(f"agents.{a.id}.fsdp shards over the agent's replicas; set "
                                  f"agents.{a.id}.data_parallel to 2 or more (and backend.name=ray)")
-            if a.fsdp and self.rollout.engine != "hf":
-                raise ValueError(f"agents.{a.id}.fsdp: pushing a sharded agent's weights into the "
-                                 f"{self.rollout.engine} engine is not built yet; use rollout.engine=hf (it generates "
-                                 f"from the gathered weights) or agents.{a.id}.fsdp=false")
             if a.cpu_offload and not a.fsdp:
                 raise ValueError(f"agents.{a.id}.cpu_offload offloads FSDP shards; set agents.{a.id}.fsdp=true")
             if a.fsdp_mixed_precision and not a.fsdp:

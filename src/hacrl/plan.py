@@ -21,9 +21,10 @@ per device (one replica) the bytes of:
   layer's activations recomputed in the backward pass;
 - logits: only answer positions get logits (the lean log-prob pass), held with their gradient:
   2 · rows · answer tokens · vocabulary values plus one float32 chunk of at most 64 MiB;
-- the rollout: the ``hf`` engine's KV cache for up to 256 rows at a time (and, sharded, the full weights
-  gathered for generation), or the ``vllm`` engine's ``gpu_memory_utilization`` share of the device
-  (not during training with ``enable_sleep_mode``).
+- the rollout: the ``hf`` engine's KV cache for up to 256 rows at a time, or the ``vllm`` engine's
+  ``gpu_memory_utilization`` share of the device (not during training with ``enable_sleep_mode``); sharded,
+  also the full weights gathered for generation (``hf``) or for the π_old pass (``vllm``, whose weight
+  push after the update gathers one layer at a time: below the rollout peak).
 
 A device *overflows* when the training or the rollout peak exceeds ``--device-memory``; the plan then
 lists settings that make it fit (checkpointing, micro-batch 1, fsdp over W replicas, cpu_offload, LoRA).
@@ -331,8 +332,8 @@ def _candidates(s: Setting, max_world: int) -> list[Setting]:
         out += [replace(c, engine=r.engine, hf_rows=r.hf_rows, engine_util=r.engine_util, sleep=r.sleep)
                 for r in rollout for c in [s, *out]]  # training-only changes stay candidates too
     seen: list[Setting] = []
-    for c in out:  # (a sharded agent generates with the hf engine: see config.py)
-        if c != s and c not in seen and not (c.fsdp and c.engine != "hf"):
+    for c in out:
+        if c != s and c not in seen:
             seen.append(c)
     return seen
 

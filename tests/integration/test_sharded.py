@@ -163,8 +163,6 @@ def test_sharded_update_checkpoint_and_export(tmp_path, lora):
 @pytest.mark.parametrize(("overrides", "message"), [
     (["agents.qwen-char.fsdp=true"], "set agents.qwen-char.data_parallel to 2 or more"),
     (["agents.qwen-char.cpu_offload=true"], "set agents.qwen-char.fsdp=true"),
-    (["backend.name=ray", "agents.qwen-char.data_parallel=2", "agents.qwen-char.fsdp=true", "rollout.engine=vllm"],
-     "use rollout.engine=hf"),
 ])
 def test_sharding_settings_are_checked_in_one_line(overrides, message):
     from hacrl.config import ConfigError, load_config
@@ -172,3 +170,11 @@ def test_sharding_settings_are_checked_in_one_line(overrides, message):
     with pytest.raises(ConfigError) as err:
         load_config("tiny-test", overrides=overrides)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_sharded_agent_may_roll_out_with_vllm():
+    from hacrl.config import load_config
+
+    cfg = load_config("tiny-test", overrides=["backend.name=ray", "agents.qwen-char.data_parallel=2",
+                                              "agents.qwen-char.fsdp=true", "rollout.engine=vllm"])
+    assert cfg.agents[0].fsdp and cfg.rollout.engine == "vllm"  # the push from shards: tests/rollout/test_vllm_sharded_cpu.py

@@ -80,7 +80,7 @@ def test_hooks_are_no_ops_before_an_engine_exists(monkeypatch):
     monkeypatch.setattr(vllm_engine, "_vllm_installed", lambda: True)
     monkeypatch.setitem(sys.modules, "vllm", None)  # any real vLLM call would raise
     engine = get_engine("vllm", enable_sleep_mode=True)
-    agent = SimpleNamespace(id="a", index=0, eos_id=1)
+    agent = SimpleNamespace(id="a", index=0, eos_id=1, model=torch.nn.Linear(1, 1))  # unsharded: nothing to gather
     engine.sync_weights(agent)
     engine.sleep(agent)
     engine.wake_up(agent)

@@ -346,8 +346,8 @@ class AgentWorker:
             grad_clip=self.spec.grad_clip, dp_group=self.dp_group, shared_prompt=cfg.trainer.shared_prompt_forward,
             cross_lower0=cross_lower0, observed_ratios=ratios)
         self._check_update(metrics)
-        self._wake_up()
         sync = getattr(self.engine, "sync_weights", None)
+        self._wake_up(gather=sync is None)  # an engine with weights of its own: pushed from the shards
         if sync is not None:
             sync(agent)
         self.step_idx += 1
@@ -521,13 +521,15 @@ class AgentWorker:
         if sleep is not None:
             sleep(self.agent)
 
-    def _wake_up(self) -> None:
+    def _wake_up(self, gather: bool = True) -> None:
         """Before generating: a sharded agent gathers its full weights (``sharding.gather_full``; every rank
-        does it at the same point), so ranks generate different prompts without collectives and an
-        engine with weights of its own receives whole tensors."""
+        does it at the same point), so ranks generate (and recompute π_old) for different prompts without
+        collectives. ``gather=False`` after the update for an engine with weights of its own: the model
+        stays sharded and ``sync_weights`` gathers it one layer at a time (``rollout.vllm.weight_pieces``)."""
         from hacrl.learner.sharding import gather_full
 
-        gather_full(self.agent.model)
+        if gather:
+            gather_full(self.agent.model)
         wake = getattr(self.engine, "wake_up", None)
         if wake is not None:
             wake(self.agent)

@@ -28,7 +28,14 @@ Design:
   ``model.load_weights`` on vLLM versions without it) — then the prefix cache is reset
   (``LLM.reset_prefix_cache``). Tensors go in chunks of whole decoder layers (a fused q/k/v or gate/up
   parameter is never split between two reloads), at most ~256 MiB past the first layer, so a merged LoRA
-  copy or a message to an out-of-process engine core never holds the whole model. It works with
+  copy or a message to an out-of-process engine core never holds the whole model. A sharded agent
+  (``fsdp``, one engine per replica) takes the same path with pieces from the shards
+  (:func:`weight_pieces`): one decoder layer all-gathered at a time on every rank (a collective, in
+  step), pushed into that rank's engine, dropped before the next; a LoRA adapter is merged within its
+  layer's piece (linear layers; DoRA and embedding adapters refused in one line). The engine itself is
+  built from the weights the worker gathered for the first rollout, on every replica at once (vLLM makes
+  its own process groups within the replicas' default group); a failed in-place load is a one-line error
+  there, not a rebuild (vLLM's engine shutdown destroys the default process group). It works with
   vLLM's multiprocessing on or off. Off is set here unless the user set it: the engine core then lives in
   the agent worker's own process, the tensors are handed over as they are, and scripts need no
   ``__main__`` guard. On (``VLLM_ENABLE_V1_MULTIPROCESSING=1``), they travel as bytes (:func:`to_wire`:
@@ -153,6 +160,11 @@ class VLLMEngine:
             raise InputError(f"{OPTIONS}.enable_sleep_mode: vLLM allows one sleep-mode engine per process and "
                              f"agent {agent.id} would be the second; set it false, or use backend.name=ray")
         _check_cpu_head_size(agent)
+        from hacrl.learner.sharding import is_gathered, is_sharded
+
+        if is_sharded(agent.model) and not is_gathered(agent.model):  # gathers on this rank alone would hang
+            raise RuntimeError(f"vllm[{agent.id}]: a sharded agent's engine is built from the weights gathered "
+                               "for its first rollout (sharding.gather_full)")
         if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":  # default: in this process
             self._remote.add(agent.id)
         self._tmp = self._tmp or tempfile.mkdtemp(prefix="hacrl-vllm-")
@@ -167,8 +179,15 @@ class VLLMEngine:
 
     # ---- optional hooks -----------------------------------------------------------------------
     def sync_weights(self, agent: Any) -> None:
-        """Load the agent's current weights into its engine (no-op before the engine exists)."""
-        if agent.id not in self._llms or self._sync_in_place(agent):
+        """Load the agent's current weights into its engine (no-op before the engine exists; a sharded agent
+        still takes part in every gather, as the other ranks' pushes need it)."""
+        if agent.id not in self._llms:
+            from hacrl.learner.sharding import is_sharded
+
+            for _ in weight_pieces(agent.model) if is_sharded(agent.model) else ():
+                pass
+            return
+        if self._sync_in_place(agent):
             return
         self._drop(agent.id)  # release the old engine's memory before building the new one
         self._llms[agent.id] = self._build(agent)
@@ -179,13 +198,23 @@ class VLLMEngine:
             return False
         self.wake_up(agent)
         llm = self._llms[agent.id]
+        pieces = weight_pieces(agent.model)
         try:
-            for chunk in weight_chunks(hf_weights(agent.model)):
+            for chunk in pieces:
                 message = [to_wire(n, t) for n, t in chunk] if agent.id in self._remote else chunk
                 loaded = llm.collective_rpc("hacrl_load_weights", args=(message,))
                 if min(loaded) < len(chunk):
                     raise RuntimeError(f"vLLM's worker loaded {min(loaded)} of {len(chunk)} tensors")
+                del chunk, message  # a sharded agent's gathered piece goes before the next is gathered
         except Exception as exc:  # noqa: BLE001  (whatever broke: fall back to the slow, safe path)
+            for _ in pieces:  # a sharded agent: this rank still takes part in the other ranks' gathers
+                pass
+            from hacrl.learner.sharding import is_sharded
+
+            if is_sharded(agent.model):  # vLLM's engine shutdown would tear down the replicas' process group
+                raise RuntimeError(f"vllm[{agent.id}]: the in-place weight load failed ({type(exc).__name__}: "
+                                   f"{exc}) and a sharded agent's engine cannot be rebuilt; use rollout.engine=hf "
+                                   "for this model") from None
             logger.warning("vllm[%s]: in-place weight load failed (%s: %s); rebuilding the engine from a saved "
                            "copy after every update instead", agent.id, type(exc).__name__, exc)
             self._rebuild.add(agent.id)
@@ -319,6 +348,58 @@ def weight_chunks(weights: Iterator[tuple[str, torch.Tensor]], limit: int = CHUN
         yield chunk
 
 
+def weight_pieces(model: Any) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """What a weight push sends, a list at a time, in the base model's checkpoint names. Unsharded:
+    :func:`hf_weights` in :func:`weight_chunks`. Sharded (FSDP2): one decoder layer, or one tensor outside
+    them, gathered from the shards at a time (``sharding.full_pieces``; a collective unless the model is
+    gathered: every rank iterates to the end), a LoRA layer merged within its piece (:func:`merged_piece`)."""
+    from hacrl.learner.sharding import full_pieces, is_sharded
+
+    if not is_sharded(model):
+        yield from weight_chunks(hf_weights(model))
+        return
+    for piece in full_pieces(model):
+        chunk = merged_piece(model, piece)
+        del piece
+        yield chunk
+        del chunk
+
+
+def merged_piece(model: Any, piece: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+    """A piece of whole parameters (``model.named_parameters`` names) in the base model's checkpoint
+    names; a LoRA model's linear layers merged, W + scaling · B A (the adapter tensors are in the same
+    piece: a LoRA layer lies inside one decoder layer). A LoRA embedding or DoRA is refused in one line."""
+    from hacrl.agents.lora import is_lora
+
+    if not is_lora(model):
+        return piece
+    from peft.tuners.lora import LoraLayer
+
+    prefix = "base_model.model."
+    full = {name.removeprefix(prefix): t for name, t in piece}
+    out = []
+    for name, tensor in full.items():
+        if ".modules_to_save." in name or ".original_module." in name:
+            raise NotImplementedError(f"{name}: LoRA modules_to_save are not supported by the vllm engine")
+        if ".lora_" in name:
+            continue
+        layer_name, sep, leaf = name.partition(".base_layer.")
+        if sep:
+            layer = model.get_base_model().get_submodule(layer_name)
+            if leaf == "weight" and isinstance(layer, LoraLayer) and not layer.merged:
+                for adapter in layer.active_adapters:
+                    if layer.use_dora.get(adapter, False) or adapter in layer.lora_embedding_A:
+                        raise NotImplementedError(f"{layer_name}: a sharded agent's LoRA pushes into the vllm engine "
+                                                  "for linear layers only (no DoRA, no embedding adapters)")
+                    if adapter in layer.lora_A:
+                        delta = full[f"{layer_name}.lora_B.{adapter}.weight"] @ full[f"{layer_name}.lora_A.{adapter}.weight"]
+                        delta = delta.T if layer.fan_in_fan_out else delta
+                        tensor = tensor + (delta * layer.scaling[adapter]).to(tensor.dtype)
+            name = f"{layer_name}.{leaf}"
+        out.append((name, tensor))
+    return out
+
+
 def _base_model(model: Any) -> Any:
     from hacrl.agents.lora import is_lora
 
@@ -357,10 +438,10 @@ def hf_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
 
 def save_weights(model: Any, path: Path) -> None:
     """A checkpoint vLLM can load: the base model's ``config.json`` + ``model.safetensors`` of
-    :func:`hf_weights` (CPU copies, so tied tensors are written twice; loaders skip the tied head)."""
+    :func:`weight_pieces` (CPU copies, so tied tensors are written twice; loaders skip the tied head)."""
     from safetensors.torch import save_file
 
     path.mkdir(parents=True, exist_ok=True)
     _base_model(model).config.save_pretrained(path)
-    tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in hf_weights(model)}
+    tensors = {name: t.detach().to("cpu", copy=True).contiguous() for chunk in weight_pieces(model) for name, t in chunk}
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
