@@ -3,7 +3,7 @@ CPU build (marker ``vllm_cpu``; skipped where vllm is not installed): one engine
 gathered weights; after a sharded update the weights go into every rank's engine from the shards, one
 decoder layer at a time (``rollout.vllm.weight_pieces``), and each engine's log-probs of fixed answers are
 the trained model's (float32 tolerance of test_vllm_engine_cpu.py). The gathered tensors are counted while
-they live (a finalizer on each tensor ``sharding.full_tensor`` returns): their peak during a push is one
+they live (a finalizer on each tensor ``shards.full_tensor`` returns): their peak during a push is one
 piece, the largest decoder layer, not the model.
 
 Run: ``OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -m vllm_cpu
@@ -35,7 +35,7 @@ LORA = {"r": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": "all-linear"}
 
 
 class LiveBytes:
-    """Wraps ``sharding.full_tensor``: bytes of the gathered tensors alive now, their peak, and the total."""
+    """Wraps ``shards.full_tensor``: bytes of the gathered tensors alive now, their peak, and the total."""
 
     def __init__(self, gather):
         self.gather, self.live, self.peak, self.total, self.calls = gather, 0, 0, 0, 0
@@ -118,6 +118,7 @@ def _rank(rank, model_path, lora, init_file, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     group = dist.group.WORLD
+    from hacrl.agents import shards
     from hacrl.agents.agent import load_agent
     from hacrl.learner import sharding
     from hacrl.rollout import get_engine
@@ -130,8 +131,8 @@ def _rank(rank, model_path, lora, init_file, out_dir):
                 p.data.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
     pieces = piece_bytes(agent.model)
     sharding.shard_agent(agent, group, offload=False, lr=2e-2 if lora else 1e-2, weight_decay=0.0)
-    counter = LiveBytes(sharding.full_tensor)
-    sharding.full_tensor = counter
+    counter = LiveBytes(shards.full_tensor)
+    shards.full_tensor = counter
     engine = get_engine("vllm", enforce_eager=True)
     prompts, answers = fixed_answers(agent)
     out = {"pieces": pieces}

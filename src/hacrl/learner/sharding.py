@@ -31,8 +31,8 @@ Departures from a textbook FSDP loop, each forced by how hacrl trains:
   collective at all; the worker gathers when it wakes its engine (before rollout and evaluation, and
   after the update for the ``hf`` engine) and reshards with :func:`reshard_full` before training and
   saving. The ``vllm`` engine has a copy of its own: after the update the worker leaves the model
-  sharded and the engine's weight push reads it through :func:`full_pieces`, one decoder layer (one FSDP
-  unit) all-gathered at a time (``DTensor.full_tensor``, every rank in step), pushed into that rank's
+  sharded and the engine's weight push reads it through :func:`hacrl.agents.shards.full_pieces`, one
+  decoder layer (one FSDP unit) all-gathered at a time (``DTensor.full_tensor``, every rank in step), pushed into that rank's
   engine and dropped before the next (``tests/rollout/test_vllm_sharded_cpu.py`` counts the bytes).
 - Checkpoints: :func:`save_sharded` writes model, optimizer and reference shards with
   ``torch.distributed.checkpoint`` (``sharded/``, every rank its part) and :func:`export_pretrained`
@@ -56,24 +56,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hacrl.agents.shards import decoder_layers, is_sharded
+
 SHARDED_DIR = "sharded"
 
 
-def is_sharded(model: Any) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
-def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The model's repeated blocks (one FSDP unit each): the classes a Hugging Face model lists in
-    ``_no_split_modules``, else the children of its ``ModuleList``s."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    names = set(getattr(base, "_no_split_modules", None) or [])
-    layers = [m for m in model.modules() if type(m).__name__ in names]
-    if not layers:
-        layers = [c for m in model.modules() if isinstance(m, nn.ModuleList) for c in m]
-    return layers
 
 
 def _mesh(group: Any, device: torch.device) -> Any:
@@ -134,10 +121,6 @@ def _fsdp_modules(model: nn.Module) -> list[Any]:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
-def is_gathered(model: Any) -> bool:
-    """Whether :func:`gather_full` holds the full weights (no collective in a forward pass)."""
-    return bool(getattr(model, "_hacrl_gathered", False))
-
 
 def gather_full(model: Any) -> None:
     """All-gather every FSDP unit once (in the same order on every rank) and keep the full weights until
@@ -172,50 +155,7 @@ def full_weights(model: Any) -> Iterator[None]:
         reshard_full(model)
 
 
-def full_tensor(p: torch.Tensor) -> torch.Tensor:
-    """The whole of parameter ``p``: a sharded one (``DTensor``) all-gathered — a collective, every rank of
-    its mesh calls it — a plain one (unsharded, or its unit gathered by :func:`gather_full`) as it is."""
-    from torch.distributed.tensor import DTensor
 
-    if not isinstance(p, DTensor):
-        return p.detach()
-    local = p.to_local()
-    if local.device.type != p.device_mesh.device_type:  # cpu_offload: the shard lives in host memory
-        local = local.to(p.device_mesh.device_type)
-        p = DTensor.from_local(local, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
-    return p.full_tensor().detach()
-
-
-def full_pieces(model: nn.Module) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """The model's whole parameters (its ``named_parameters`` names) one piece at a time: a decoder layer
-    (one FSDP unit) per piece, each parameter outside them (embeddings, final norm, LM head) a piece of its
-    own, gathered with :func:`full_tensor` just before the piece is yielded; a tied parameter comes once,
-    under each of its names (``lm_head.weight`` beside ``model.embed_tokens.weight``: vLLM's in-place
-    reload needs both). Nothing here keeps a piece once the caller asks for the next one, so a caller that
-    drops it holds at most one piece of gathered tensors. Collective for a sharded model: every rank must
-    iterate to the end, in step."""
-    owners = {id(p): prefix for prefix, layer in _named_layers(model) for p in layer.parameters()}
-    aliases: dict[int, list[str]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        aliases.setdefault(id(p), []).append(name)
-    piece: list[tuple[str, torch.Tensor]] = []
-    key = None
-    for name, p in model.named_parameters():
-        owner = owners.get(id(p), name)
-        if piece and owner != key:
-            yield piece
-            piece = []  # dropped before the next piece is gathered
-        key = owner
-        full = full_tensor(p)
-        piece += [(alias, full) for alias in aliases[id(p)]]
-        del full
-    if piece:
-        yield piece
-
-
-def _named_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    layers = {id(m) for m in decoder_layers(model)}
-    return [(n, m) for n, m in model.named_modules() if id(m) in layers]
 
 
 def sum_replica_gradients(model: nn.Module, group: Any) -> None:

@@ -160,7 +160,7 @@ class VLLMEngine:
             raise InputError(f"{OPTIONS}.enable_sleep_mode: vLLM allows one sleep-mode engine per process and "
                              f"agent {agent.id} would be the second; set it false, or use backend.name=ray")
         _check_cpu_head_size(agent)
-        from hacrl.learner.sharding import is_gathered, is_sharded
+        from hacrl.agents.shards import is_gathered, is_sharded
 
         if is_sharded(agent.model) and not is_gathered(agent.model):  # gathers on this rank alone would hang
             raise RuntimeError(f"vllm[{agent.id}]: a sharded agent's engine is built from the weights gathered "
@@ -182,7 +182,7 @@ class VLLMEngine:
         """Load the agent's current weights into its engine (no-op before the engine exists; a sharded agent
         still takes part in every gather, as the other ranks' pushes need it)."""
         if agent.id not in self._llms:
-            from hacrl.learner.sharding import is_sharded
+            from hacrl.agents.shards import is_sharded
 
             for _ in weight_pieces(agent.model) if is_sharded(agent.model) else ():
                 pass
@@ -209,7 +209,7 @@ class VLLMEngine:
         except Exception as exc:  # noqa: BLE001  (whatever broke: fall back to the slow, safe path)
             for _ in pieces:  # a sharded agent: this rank still takes part in the other ranks' gathers
                 pass
-            from hacrl.learner.sharding import is_sharded
+            from hacrl.agents.shards import is_sharded
 
             if is_sharded(agent.model):  # vLLM's engine shutdown would tear down the replicas' process group
                 raise RuntimeError(f"vllm[{agent.id}]: the in-place weight load failed ({type(exc).__name__}: "
@@ -351,9 +351,9 @@ def weight_chunks(weights: Iterator[tuple[str, torch.Tensor]], limit: int = CHUN
 def weight_pieces(model: Any) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """What a weight push sends, a list at a time, in the base model's checkpoint names. Unsharded:
     :func:`hf_weights` in :func:`weight_chunks`. Sharded (FSDP2): one decoder layer, or one tensor outside
-    them, gathered from the shards at a time (``sharding.full_pieces``; a collective unless the model is
+    them, gathered from the shards at a time (``hacrl.agents.shards.full_pieces``; a collective unless the model is
     gathered: every rank iterates to the end), a LoRA layer merged within its piece (:func:`merged_piece`)."""
-    from hacrl.learner.sharding import full_pieces, is_sharded
+    from hacrl.agents.shards import full_pieces, is_sharded
 
     if not is_sharded(model):
         yield from weight_chunks(hf_weights(model))
