@@ -3,7 +3,7 @@ VENV ?= .venv
 export VENV
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup demo lint docs test test-slow bench clean
+.PHONY: setup demo lint docs test test-slow mutation bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -23,8 +23,11 @@ test:
 test-slow: setup
 	$(VENV)/bin/python -m pytest -q -m "slow and not gpu"
 
+mutation: setup
+	bash scripts/mutation.sh
+
 bench: setup
 	$(VENV)/bin/python bench/step_time.py
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) runs build mutants *.egg-info

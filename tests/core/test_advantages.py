@@ -226,3 +226,51 @@ def test_eps_enters_the_denominator():
     a = adv([1.0, 0.0], [0, 0], [0, 0], learner=0, capability=[0.5], eps=0.5)
     assert_close(a, T([0.4142136, -0.4142136]))
     assert_close(group_advantages(T([1.0, 0.0]), T([0, 0]), eps=0.5), T([0.4142136, -0.4142136]))
+
+
+# ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
+
+def test_shape_error_names_the_tensors_and_their_shapes():
+    # rewards too short: the check must cover rewards too (not only group_ids / source_ids), and say which
+    with pytest.raises(ValueError, match=r"'rewards': torch.Size\(\[2\]\), 'group_ids': torch.Size\(\[3\]\)"):
+        adv([1.0, 0.0], [0, 0, 0], [0, 1, 1], learner=0, capability=[0.5, 0.5])
+    with pytest.raises(ValueError, match=r"shapes \{'rewards': torch.Size\(\[2\]\), 'group_ids'"):
+        group_advantages(T([1.0, 0.0]), T([0, 0, 0]))
+
+
+def test_learner_error_names_the_learner_and_the_capability_shape():
+    with pytest.raises(ValueError, match=r"learner=2 is not an index into capability of shape \(2,\)"):
+        adv([1.0, 0.0], [0, 0], [0, 1], learner=2, capability=[0.5, 0.5])
+
+
+@pytest.mark.parametrize("sources", [[0, -1], [-1, -1], [0, 2], [2, 2]])
+def test_source_ids_out_of_range_raise(sources):
+    # -1 alone must raise too (it would silently index the last agent's ω), and N alone (one past the end)
+    with pytest.raises(ValueError, match=r"source_ids must lie in \[0, 2\) \(one capability per agent\)"):
+        adv([1.0, 0.0], [0, 0], sources, learner=0, capability=[0.5, 0.5])
+
+
+def test_empty_batch_gives_empty_advantages():
+    empty_f, empty_l = torch.zeros(0), torch.zeros(0, dtype=torch.long)
+    assert group_advantages(empty_f, empty_l).shape == (0,)
+    a = hacpo_advantages(empty_f, empty_l, empty_l, learner=0, capability=T([0.5, 0.5]))
+    assert a.shape == (0,) and a.dtype == torch.float32
+
+
+@pytest.fixture
+def float64_default():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def test_same_values_under_a_float64_default_dtype(float64_default):
+    # the group sums and extremes must take their inputs' dtype (float32), not torch's default: a user's
+    # torch.set_default_dtype(torch.float64) must not break or change the advantages
+    a = adv(TWO_R, [0, 0, 0, 0], TWO_SRC, learner=0, capability=TWO_CAP)
+    assert a.dtype == torch.float32
+    assert_close(a, torch.tensor([0.4330120, -1.2990359, 0.4330120, -1.2990359], dtype=torch.float32))
+    g = group_advantages(T([1.0, 0.0, 0.0, 1.0]), T([0, 0, 1, 1]))
+    assert g.dtype == torch.float32
+    assert_close(g, torch.tensor([0.7071064, -0.7071064, -0.7071064, 0.7071064], dtype=torch.float32))

@@ -235,3 +235,74 @@ def test_recent_capability_refuses_bad_input():
         rc.observe_answers(T([1.0]), T([0, 1]), T([0]))
     with pytest.raises(ValueError):
         RecentCapability(2, window=0)
+
+
+# ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
+
+def test_recent_capability_windows_are_float64_from_the_start_and_after_a_load():
+    rc = RecentCapability(2, window=3)
+    # a checkpoint of a fresh estimator holds float64 windows, as after an observation
+    assert [r.dtype for r in rc.state_dict()["recent"]] == [torch.float64, torch.float64]
+    # a float32 reward's prompt mean is taken in float64: 1/3 is not float32's 0.33333334
+    mean = rc.observe(0, torch.tensor([1.0, 0.0, 0.0], dtype=torch.float32))
+    assert mean.dtype == torch.float64 and mean.item() == 1.0 / 3.0
+    # windows loaded from plain lists (or float32 tensors) are float64 again, values exact
+    state = rc.state_dict()
+    state["recent"] = [[0.1, 0.2], torch.tensor([0.7], dtype=torch.float32)]
+    rc.load_state_dict(state)
+    loaded = rc.state_dict()["recent"]
+    assert [r.dtype for r in loaded] == [torch.float64, torch.float64]
+    assert loaded[0].tolist() == [0.1, 0.2]
+
+
+@pytest.mark.parametrize("recent, seen", [([[], [], []], [0, 0]), ([[], []], [0, 0, 0])])
+def test_recent_capability_load_refuses_a_state_for_another_number_of_agents(recent, seen):
+    # either list of the wrong length is refused (not only both), with both counts in the message
+    rc = RecentCapability(2, window=3)
+    state = {"recent": recent, "seen": seen, "config": rc.state_dict()["config"]}
+    with pytest.raises(ValueError, match=rf"holds {len(recent)} windows, expected 2"):
+        rc.load_state_dict(state)
+
+
+def test_checkpoint_config_keys_are_stable():
+    # a checkpoint names its settings; renaming one would refuse every checkpoint written before
+    cfg = {"num_agents": 2, "window": 3, "floor": 1e-8, "ratio_min": 0.1, "ratio_max": 10.0}
+    assert CapabilityTracker(2, window=3).state_dict()["config"] == cfg
+    assert RecentCapability(2, window=3).state_dict()["config"] == cfg
+
+
+def test_update_counts_steps_and_accepts_any_integer_source_dtype():
+    tr = CapabilityTracker(2, window=3)
+    for _ in range(3):
+        # int16 ids (an index_add_ needs int64: the tracker converts); float32 rewards kept as float64
+        row = tr.update(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 1, 1], dtype=torch.int16))
+    assert_close(row, T([1.0, 0.0]))
+    assert tr.steps == 3 and tr.state_dict()["steps"] == 3
+
+
+@pytest.mark.parametrize("sources", [[0, -1], [-1, -1], [0, 2], [2, 2]])
+def test_update_refuses_source_ids_out_of_range(sources):
+    with pytest.raises(ValueError, match=r"source_ids must lie in \[0, 2\)"):
+        CapabilityTracker(2).update(torch.tensor([1.0, 0.0]), torch.tensor(sources))
+
+
+def test_update_shape_error_names_both_shapes():
+    with pytest.raises(ValueError, match=r"must be 1-D of one shape, got \(2,\) and \(1,\)"):
+        CapabilityTracker(2).update(torch.tensor([1.0, 0.0]), torch.tensor([0]))
+
+
+def test_tracker_load_names_the_mismatch_and_the_bad_history():
+    tr = CapabilityTracker(2, window=3)
+    state = tr.state_dict()
+    with pytest.raises(ValueError, match=r"capability tracker config mismatch: checkpoint .*'window': 4"):
+        tr.load_state_dict({**state, "config": {**state["config"], "window": 4}})
+    for history, shape in ((torch.zeros(3, 3), r"\(3, 3\)"), (torch.zeros(4), r"\(4,\)")):
+        with pytest.raises(ValueError, match=rf"capability history has shape {shape}, expected \[\*, 2\]"):
+            tr.load_state_dict({**state, "history": history})
+
+
+def test_tracker_history_loaded_from_lists_is_float64():
+    tr = CapabilityTracker(2, window=3)
+    tr.load_state_dict({**tr.state_dict(), "history": [[0.1, 0.3]], "steps": 1})
+    history = tr.state_dict()["history"]
+    assert history.dtype == torch.float64 and history.tolist() == [[0.1, 0.3]]

@@ -280,3 +280,19 @@ def test_imitation_weights_the_gspo_part_only():
     # GSPO over the 2 own rows: −(0.5 − 4)/2; NLL of the imitated row: token mean 0.5, weight ignored
     assert float(loss) == pytest.approx(-(0.5 - 4.0) / 2 + 0.5, rel=1e-6)
     assert float(m["imitation/nll"]) == pytest.approx(0.5)
+
+
+# ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
+
+def test_the_default_log_weight_clamp_is_ten():
+    w, m = rollout_correction(prox_logp_sum_B=torch.tensor([10.5]), behav_logp_sum_B=torch.zeros(1),
+                              num_tokens_B=torch.tensor([1]), mode="truncate", cap=1e9)
+    assert w.tolist() == pytest.approx([math.exp(10.0)], rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["behav_logp_sum_B", "num_tokens_B", "rows_B"])
+def test_a_misshapen_input_is_named_with_both_shapes(name):
+    kw = {"behav_logp_sum_B": BEHAV_B, "num_tokens_B": TOKENS_B, "rows_B": torch.ones(4, dtype=torch.bool)}
+    kw[name] = kw[name][:3]
+    with pytest.raises(ValueError, match=rf"^{name} must be \[4\] like prox_logp_sum_B, got \[3\]$"):
+        rollout_correction(prox_logp_sum_B=PROX_B, mode="off", cap=2.0, **kw)

@@ -418,3 +418,11 @@ def test_gspo_is_hacpo_with_every_row_own():
     assert torch.equal(gspo_grad, grad_of(h, logp))
     assert tuple(gm) == OWN_METRICS
     assert all(torch.equal(gm[k], hm[k]) for k in OWN_METRICS)
+
+
+# ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
+
+def test_kl_k3_clamps_the_log_ratio_at_plus_minus_20():
+    # d = log π_ref − log π = ±25 is clamped to ±20 before exp: k3 = e^20 − 20 − 1 and e^−20 + 20 − 1
+    k = kl_k3(T([[0.0, -25.0]], dtype=torch.float64), T([[-25.0, 0.0]], dtype=torch.float64))
+    assert k[0].tolist() == pytest.approx([math.exp(-20.0) + 19.0, math.exp(20.0) - 21.0], rel=1e-6)

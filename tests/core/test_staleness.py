@@ -299,3 +299,59 @@ def test_at_bound_zero_the_objective_is_the_lock_step_one():
     a, _ = hacpo_loss(base, **CLIP)
     b, _ = hacpo_loss(LossInputs(**{**base.__dict__, "rollout_weight_B": w}), **CLIP)
     assert torch.equal(a, b)
+
+
+# ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
+
+def one_stale_row(log_w, **kw):
+    """One own answer of 1 token, version gap 3, with log π_prox − log π_behav = ``log_w``; truncation far off."""
+    return staleness_correction(prox_logp_sum_B=T([-1.0 + log_w], dtype=torch.float64),
+                                behav_logp_sum_B=T([-1.0], dtype=torch.float64), num_tokens_B=T([1]),
+                                version_gap_B=T([3]), mode="truncate", cap=1e9, **kw)
+
+
+def test_the_log_weight_is_clamped_at_max_log_ratio_default_ten_and_as_given():
+    w, _ = one_stale_row(10.5)  # default clamp ±10: e^10, not e^10.5
+    assert w.tolist() == pytest.approx([math.exp(10.0)], rel=1e-6)
+    w, _ = one_stale_row(10.5, max_log_ratio=1.0)  # the given clamp reaches the weight
+    assert w.tolist() == pytest.approx([math.e], rel=1e-6)
+
+
+def test_a_single_own_row_counts_once_in_the_own_row_metrics():
+    # one own row, stale by 3: stale_frac = 1/1, version_gap_mean = 3/1, version_gap_max = 3
+    _, m = one_stale_row(0.0)
+    assert float(m["stale_frac"]) == 1.0 and float(m["version_gap_mean"]) == 3.0 and int(m["version_gap_max"]) == 3
+
+
+def test_no_rows_gives_no_weights_and_zero_metrics():
+    empty = torch.zeros(0, dtype=torch.float64)
+    w, m = staleness_correction(prox_logp_sum_B=empty, behav_logp_sum_B=empty, num_tokens_B=torch.zeros(0),
+                                version_gap_B=torch.zeros(0, dtype=torch.long), mode="truncate", cap=2.0)
+    assert w.shape == (0,)
+    assert float(m["stale_frac"]) == 0.0 and float(m["version_gap_mean"]) == 0.0
+    assert int(m["version_gap_max"]) == 0 and m["version_gap_max"].shape == ()
+
+
+@pytest.mark.parametrize("name", ["version_gap_B", "own_B"])
+def test_a_misshapen_gap_or_own_mask_is_named_with_both_shapes(name):
+    kw = {"version_gap_B": GAP, "own_B": OWN, name: T([1, 1, 1])}
+    with pytest.raises(ValueError, match=rf"^{name} must be \[4\] like prox_logp_sum_B, got \[3\]$"):
+        staleness_correction(prox_logp_sum_B=PROX, behav_logp_sum_B=BEHAV, num_tokens_B=T([2, 2, 2, 2]),
+                             mode="truncate", cap=2.0, **kw)
+    with pytest.raises(ValueError, match=r"^version_gap_B < 0 on an own answer: written by a later version than "
+                                         r"the learner's$"):
+        weights(gap=T([2, -1, 0, 0]))
+
+
+@pytest.mark.parametrize("short", ["author_M", "available_M"])
+def test_selection_checks_every_input_length(short):
+    kw = {"author_M": T([0, 1]), "prompt_M": T([0, 0]), "available_M": T([0, 0]), short: T([0])}
+    with pytest.raises(ValueError, match=rf"1-D tensors of one length, got shapes .*'{short}': \(1,\)"):
+        select_within_bound(learner=0, learner_version=1, bound=0, **kw)
+
+
+def test_staleness_mean_over_a_single_taken_answer():
+    # one own answer, available at 3, learner at 5, bound 2: taken with staleness 2; mean 2/1, max 2
+    take, _, m = select(version=5, bound=2, authors=[0], prompts=[7], available=[3])
+    assert take.tolist() == [True]
+    assert float(m["staleness_mean"]) == 2.0 and int(m["staleness_max"]) == 2

@@ -91,3 +91,47 @@ def test_cross_window_state_round_trip():
     assert fresh.observe(0, 1, t(0.4)) == w.observe(0, 1, t(0.4))
     with pytest.raises(ValueError, match="this run has 3"):
         CrossWindow(3, delta=0.4, target=0.7, floor=0.1, smoothing=0.3).load_state_dict(w.state_dict())
+
+
+# ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
+
+def test_cross_window_load_restores_float64_bounds_and_bool_flags():
+    # a state written as float32 / 0-1 integers (another writer, an old checkpoint) loads as float64 and bool
+    w = CrossWindow(2, delta=0.4, target=0.7, floor=0.1, smoothing=0.3)
+    w.load_state_dict({"lower_NN": torch.full((2, 2), 0.5, dtype=torch.float32),
+                       "seen_NN": torch.tensor([[0, 1], [0, 0]], dtype=torch.uint8)})
+    state = w.state_dict()
+    assert state["lower_NN"].dtype == torch.float64 and state["seen_NN"].dtype == torch.bool
+    assert state["seen_NN"].tolist() == [[False, True], [False, False]]
+
+
+def test_cross_window_load_refuses_a_malformed_state_naming_its_agents():
+    w = CrossWindow(2, delta=0.4, target=0.7, floor=0.1, smoothing=0.3)
+    with pytest.raises(ValueError, match="state is for 3 agents, this run has 2"):
+        w.load_state_dict({"lower_NN": torch.ones(3), "seen_NN": torch.ones(3, dtype=torch.bool)})
+
+
+def test_coverage_bounds_edges():
+    # floor = ceiling is allowed (a window fixed at one bound); a ceiling above 1 is not (the window's top is 1)
+    assert coverage_lower_bound(t(0.2, 0.9), target=0.5, floor=0.5, ceiling=0.5) == 0.5
+    with pytest.raises(ValueError, match=r"need 0 < floor <= ceiling <= 1, got floor=0.1, ceiling=1.5"):
+        coverage_lower_bound(t(0.5), target=0.5, floor=0.1, ceiling=1.5)
+
+
+def test_cross_window_arguments_edges():
+    kw = {"delta": 0.2, "target": 0.5, "floor": 0.1, "smoothing": 0.5}
+    assert CrossWindow(1, **kw).bounds(0) == [0.8]  # one agent: constructible, nothing to observe
+    assert CrossWindow(2, **(kw | {"floor": 0.8})).bounds(0) == [0.8, 0.8]  # floor = 1 − δ: a fixed window
+    assert CrossWindow(2, **(kw | {"smoothing": 1.0})).smoothing == 1.0
+    assert CrossWindow(2, **kw).state_dict()["seen_NN"].dtype == torch.bool
+    bad = [({"num_agents": 0}, r"num_agents must be >= 1, got 0"),
+           ({"smoothing": 0.0}, r"smoothing must lie in \(0, 1\], got 0.0"),
+           ({"smoothing": 1.5}, r"smoothing must lie in \(0, 1\], got 1.5"),
+           ({"floor": 0.0}, r"need 0 < floor <= 1 - delta, got floor=0.0, delta=0.2"),
+           ({"floor": 0.9}, r"need 0 < floor <= 1 - delta, got floor=0.9, delta=0.2")]
+    for change, message in bad:
+        args = {"num_agents": 2} | kw | change
+        with pytest.raises(ValueError, match=message):
+            CrossWindow(args.pop("num_agents"), **args)
+    with pytest.raises(ValueError, match="^own answers have no cross window$"):
+        CrossWindow(2, **kw).observe(1, 1, t(0.5))

@@ -185,6 +185,18 @@ def test_gspo_xn_matches_three_agent_hacpo_in_answers_and_updates():
         ALGORITHMS.get("gspo-y3")
 
 
+@pytest.mark.parametrize("n", ["2", "5"])
+def test_gspo_xn_is_plain_gspo_with_n_times_the_rollouts(n):
+    from hacrl.learner.algorithms import Algorithm
+
+    expected = Algorithm(f"gspo-x{n}", shares_pool=False, advantage="group", loss="gspo", rollout_multiplier=int(n))
+    assert ALGORITHMS.get(f"gspo-x{n}") == expected
+    # the family's builder itself: the registry keeps a member once looked up, so in one process (mutation
+    # testing's included) a lookup may not run the builder again
+    pattern, _, build = next(f for f in ALGORITHMS._families if f[1] == "gspo-x<N>")
+    assert build(**pattern.fullmatch(f"gspo-x{n}").groupdict()) == expected
+
+
 # ---- rescue: what the partner solves that the learner does not --------------------------------------------------
 
 def test_rescue_share_hand_computed():

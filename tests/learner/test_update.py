@@ -343,3 +343,90 @@ def test_imitation_makes_hacpos_optimizer_steps_on_hacpos_rows(tmp_path, spy):
 def test_imitation_coef_reaches_the_loss(tmp_path, spy):
     run_trainer(tmp_path, ["algorithm.name=imitation", "algorithm.imitation_coef=0.25"])
     assert spy and {c.settings["imitation_coef"] for c in spy} == {0.25}
+
+
+# ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
+
+def test_build_view_rows_carry_reward_truncation_eos_and_the_per_token_behaviour_logprob():
+    from hacrl.learner.update import build_view
+    from hacrl.pool import TrajectoryPool
+    from hacrl.types import Problem, Trajectory
+
+    agent = make_agent()
+    agent.max_answer_tokens = 3
+    ids = agent.tokenizer("4", add_special_tokens=False)["input_ids"]
+    # own: one token, engine log-prob −2.5 → behav_logp_mean −2.5/1 (not /2)
+    own = Trajectory(0, 0, "4", False, logp_sum=-2.0, num_tokens=1, reward=1.0, token_ids=tuple(ids),
+                     behav_logp_sum=-2.5)
+    # cross, finished: re-tokenized with EOS (3 tokens, fits); cross, 4 chars + EOS: cut to 3, truncated
+    done = Trajectory(0, 1, "43", True, logp_sum=-3.0, num_tokens=3, reward=0.5)
+    cut = Trajectory(0, 1, "4321", True, logp_sum=-6.0, num_tokens=5, reward=0.25)
+    unfinished = Trajectory(0, 1, "43", False, logp_sum=-2.0, num_tokens=2, reward=0.0)
+    pool = TrajectoryPool([Problem("p", "12+30=", "42")], [own, done, cut, unfinished])
+    rows = build_view(agent, pool, ALGORITHMS.get("hacpo"), {0: "12+30="})
+    text_ids = agent.tokenizer("43", add_special_tokens=False)["input_ids"]
+    assert rows[0].behav_logp_mean == -2.5 and rows[0].answer_ids == ids
+    assert [(r.reward, r.truncated, r.old_token_logps) for r in rows[1:]] == [(0.5, False, None), (0.25, True, None),
+                                                                             (0.0, False, None)]
+    assert rows[1].answer_ids == [*text_ids, agent.eos_id] and rows[3].answer_ids == text_ids
+    assert len(rows[2].answer_ids) == 3
+
+
+def _own_row(old_logp_mean: float, behav: float | None = None) -> ViewRow:
+    return ViewRow(0, 0, True, [1], [2], old_logp_mean, (old_logp_mean,), 1.0, behav_logp_mean=behav)
+
+
+def test_staleness_weights_keep_a_rounding_sized_gap_in_float64():
+    from hacrl.learner.update import assign_staleness_weights
+
+    # one token each, gap 1; a per-token gap of 9e-7 at |log π| = 16, below float32's spacing there (1.9e-6):
+    # w = e^(−9e-7) and e^(+9e-7), which float32 sums would round to 1
+    a, b = _own_row(-16.0), _own_row(-16.0000009)
+    prox = {id(a): (-16.0000009,), id(b): (-16.0,)}
+    assign_staleness_weights([a, b], [1, 1], prox, mode="truncate", cap=2.0, max_log_ratio=10.0,
+                             engine_behaviour=False)
+    assert a.rollout_weight == pytest.approx(math.exp(-9e-7), rel=1e-7, abs=0)
+    assert b.rollout_weight == pytest.approx(math.exp(9e-7), rel=1e-7, abs=0)
+
+
+@pytest.mark.parametrize("engine_behaviour, weight", [(True, math.e), (False, 1.0)])
+def test_staleness_weights_take_the_engines_behaviour_logprob_only_when_told(engine_behaviour, weight):
+    from hacrl.learner.update import assign_staleness_weights
+
+    # π_prox = −2 (one token); π_old at the writing version −2, the engine's −3: w = e^(−2 − (−3)) = e with the
+    # engine's, 1 without; the stale row then trains against π_prox (its mean, its tokens) and keeps the weight
+    stale, fresh = _own_row(-2.0, behav=-3.0), _own_row(-4.0, behav=-5.0)
+    metrics = assign_staleness_weights([stale, fresh], [1, 0], {id(stale): (-2.0,)}, mode="truncate", cap=10.0,
+                                       max_log_ratio=10.0, engine_behaviour=engine_behaviour)
+    assert stale.rollout_weight == pytest.approx(weight, rel=1e-6)
+    assert (stale.old_logp_mean, stale.old_token_logps, stale.behav_logp_mean) == (-2.0, (-2.0,), None)
+    assert (fresh.old_logp_mean, fresh.behav_logp_mean, fresh.rollout_weight) == (-4.0, -5.0, 1.0)
+    assert metrics["stale_frac"] == 0.5 and metrics["count"] == 1.0
+
+
+def test_staleness_weights_clamp_at_the_given_max_log_ratio():
+    from hacrl.learner.update import assign_staleness_weights
+
+    stale = _own_row(-5.0)
+    assign_staleness_weights([stale], [2], {id(stale): (0.0,)}, mode="truncate", cap=100.0, max_log_ratio=1.0,
+                             engine_behaviour=False)
+    assert stale.rollout_weight == pytest.approx(math.e, rel=1e-6)  # log w = 5, clamped to 1
+
+
+def test_token_level_loss_inputs_name_the_missing_rollout_logprobs():
+    from hacrl.learner.update import loss_inputs
+
+    cross = ViewRow(0, 1, False, [1], [2, 3], -1.0, None, 1.0)
+    with pytest.raises(ValueError, match="^token-level losses need the learner's own rollout log-probs$"):
+        loss_inputs([cross], ALGORITHMS.get("grpo"), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), None)
+
+
+def test_observed_cross_ratios_are_clamped_as_the_loss_clamps_them(spy):
+    # π_old mean +50 against the agent's own log-probs (< 0): log s < −50, clamped to −max_log_ratio = −2
+    agent = make_agent()
+    cross = row(agent, 0, 1, 0, "12+30=", "42", 1.0)
+    cross.old_logp_mean = 50.0
+    seen: dict[int, list[float]] = {}
+    update_learner(agent, [[cross]], ALGORITHMS.get("hacpo"), dataclasses.replace(SETTINGS, max_log_ratio=2.0),
+                   micro_batch_size=64, grad_clip=1.0, observed_ratios=seen)
+    assert seen == {1: [pytest.approx(math.exp(-2.0), rel=1e-6)]}
