@@ -397,6 +397,33 @@ def test_dry_run_says_what_each_run_would_do_and_changes_nothing(comparison, tin
     assert not (out / "runs/gspo/seed-1").exists()
 
 
+def test_report_only_writes_the_report_from_the_finished_runs_and_trains_nothing(comparison, tiny_models,
+                                                                                    tmp_path, capsys):
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+    (out / "report.md").unlink()
+    shutil.rmtree(out / "runs/gspo/seed-1")  # still to train (another process may be training it)
+    runs_before = {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file() and p.name != ".hacrl.lock"}
+    argv = ["--preset", "tiny-test", "--algos", ALGOS, "--seeds", str(SEEDS), "--output", str(out), "--report-only"]
+    for o in _overrides(tiny_models):
+        argv += ["--set", o]
+    assert cmd_compare(_compare_args(*argv)) == 0
+    printed = capsys.readouterr().out
+    assert "left out of the report: gspo seed 1 (not finished: train)" in printed
+    assert {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file() and p.name != ".hacrl.lock"} \
+        == runs_before and not (out / "runs/gspo/seed-1").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    hacpo = summary["results"]["qwen-char"]["hacpo"]
+    assert sorted(hacpo["final"]["by_seed"]) == ["0", "1"]  # every finished run of hacpo is in the report
+    assert hacpo["vs"]["gspo"]["seeds"] == [0]  # paired over the seeds both finished
+    assert (out / "report.md").exists()
+    shutil.rmtree(out / "runs/gspo/seed-0")
+    with pytest.raises(ConfigError, match=r"--report-only: no finished run of gspo in .*; drop it from --algos"):
+        run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lambda _: None,
+                       report_only=True)
+
+
 def test_a_config_file_layers_on_the_preset_as_in_train(tmp_path, capsys):
     """``hacrl compare --preset X --config mine.yaml``: the file's settings win over the preset's, the rest of
     the preset stays, and the command written into the report names both."""

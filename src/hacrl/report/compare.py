@@ -162,6 +162,7 @@ def run_comparison(
     baselines: str | Sequence[str] | None = None,
     keep_checkpoints: str = "all",
     dry_run: bool = False,
+    report_only: bool = False,
     config_path: str | Path | None = None,
 ) -> Path | None:
     """Train (or reuse) every algorithm × seed and write ``report.md``, ``summary.json`` and ``plots/``.
@@ -173,6 +174,9 @@ def run_comparison(
     ``keep_checkpoints="none"`` deletes each run's checkpoints once it is finished (it stays reusable: see
     :mod:`hacrl.report.runs`). ``dry_run``: check everything and log what each run would do (with the time
     left, estimated from finished runs of the same algorithm), train nothing, write nothing, return None.
+    ``report_only``: the report from the finished runs among those selected, training nothing; the others are
+    logged as left out (each algorithm needs one finished run; the paired statistics use the seeds both sides of
+    a pair finished).
     Returns the path of report.md. Raises ConfigError (one line) on bad input before any training.
     """
     if keep_checkpoints not in KEEP_CHECKPOINTS:
@@ -211,10 +215,14 @@ def run_comparison(
     counts = {a: sum(p.action == a for p in plans) for a in ("reuse", "resume", "restart", "train")}
     log(f"hacrl: comparing {', '.join(algos)} over {len(seed_list)} seed{'s' if len(seed_list) != 1 else ''} "
         f"in {output_dir}: {len(plans)} runs ({', '.join(f'{n} to {a}' for a, n in counts.items() if n)})")
+    if dry_run and report_only:
+        raise ConfigError("compare: --dry-run and --report-only together; give one")
     if dry_run:
         for line in plan_lines(plans):
             log(line)
         return None
+    if report_only:
+        plans = finished_only(plans, algos, output_dir, log)
     start = time.perf_counter()
     outcomes = []
     for i, plan in enumerate(plans, 1):
@@ -240,6 +248,21 @@ def run_comparison(
     report = output_dir / "report.md"
     write_atomic(report, render_report(summary))
     return report
+
+
+def finished_only(plans: Sequence[RunPlan], algos: Sequence[str], output_dir: Path,
+                  log: Callable[[str], None]) -> list[RunPlan]:
+    """The finished runs of ``plans`` (``--report-only``), each other one logged as left out; one line when an
+    algorithm has none."""
+    for p in plans:
+        if p.action != "reuse":
+            log(f"    left out of the report: {p.algo} seed {p.seed} (not finished: {p.action})")
+    kept = [p for p in plans if p.action == "reuse"]
+    missing = [a for a in algos if not any(p.algo == a for p in kept)]
+    if missing:
+        raise ConfigError(f"--report-only: no finished run of {', '.join(missing)} in {output_dir}; "
+                          "drop it from --algos, or train it (the same command without --report-only)")
+    return kept
 
 
 def plan_lines(plans: Sequence[RunPlan]) -> list[str]:

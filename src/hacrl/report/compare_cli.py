@@ -1,7 +1,7 @@
 """``hacrl compare``: argument parsing and printing for :mod:`hacrl.report.compare` (wiring only).
 
     hacrl compare [--preset NAME | --config FILE] [--algos hacpo,gspo,gspo2x] [--seeds 3]
-                  [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [--dry-run] [-q]
+                  [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [--dry-run | --report-only] [-q]
 
 Wired into ``hacrl.cli`` with ``add_compare_parser(sub)`` and a dispatch on ``args.command == "compare"``.
 """
@@ -41,6 +41,9 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                         "run record stay; the run is still reused); default all")
     c.add_argument("--dry-run", action="store_true",
                    help="say what each run would do (reuse, resume, train) and the time left; train nothing")
+    c.add_argument("--report-only", action="store_true",
+                   help="write the report from the finished runs among those selected and train nothing (the "
+                        "others are named and left out: a report while other runs of the comparison train)")
     c.add_argument("-q", "--quiet", action="store_true", help="no per-step lines, only one line per run")
     return c
 
@@ -64,13 +67,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         hf_logging.set_verbosity_error()
     except ImportError:  # pragma: no cover
         pass
-    command = shlex.join(["hacrl", "compare", *sys.argv[2:]]) if sys.argv[1:2] == ["compare"] else None
+    # the command that makes the runs (a report-only invocation's report names the one that trains them)
+    made_by = [a for a in sys.argv[2:] if a != "--report-only"]
+    command = shlex.join(["hacrl", "compare", *made_by]) if sys.argv[1:2] == ["compare"] else None
     source = args.preset  # None: tiny-model, or the --config file alone; with both the file layers on the preset
     try:
         report = run_comparison(source, algos, seeds, args.overrides, output,
                                 log=lambda line: print(line, flush=True), log_steps=not args.quiet,
                                 command=command, baselines=args.baselines,
                                 keep_checkpoints=args.keep_checkpoints, dry_run=args.dry_run,
+                                report_only=args.report_only,
                                 config_path=args.config)
     except KeyboardInterrupt:
         print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
