@@ -21,6 +21,7 @@ from hacrl.core import (
     gspo_loss,
     hacpo_loss,
     kl_k3,
+    sequence_log_ratio,
     stepwise_lower_bound,
 )
 
@@ -426,3 +427,9 @@ def test_kl_k3_clamps_the_log_ratio_at_plus_minus_20():
     # d = log π_ref − log π = ±25 is clamped to ±20 before exp: k3 = e^20 − 20 − 1 and e^−20 + 20 − 1
     k = kl_k3(T([[0.0, -25.0]], dtype=torch.float64), T([[-25.0, 0.0]], dtype=torch.float64))
     assert k[0].tolist() == pytest.approx([math.exp(-20.0) + 19.0, math.exp(20.0) - 21.0], rel=1e-6)
+
+
+def test_sequence_log_ratio_default_clamp_is_ten():
+    # one token, log π = 0 against an old mean of −10.5: log s = 10.5, clamped to the default 10
+    log_ratio, nonempty = sequence_log_ratio(torch.zeros(1, 1), torch.ones(1, 1), T([-10.5]))
+    assert log_ratio.tolist() == [10.0] and nonempty.tolist() == [True]

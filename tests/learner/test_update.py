@@ -430,3 +430,52 @@ def test_observed_cross_ratios_are_clamped_as_the_loss_clamps_them(spy):
     update_learner(agent, [[cross]], ALGORITHMS.get("hacpo"), dataclasses.replace(SETTINGS, max_log_ratio=2.0),
                    micro_batch_size=64, grad_clip=1.0, observed_ratios=seen)
     assert seen == {1: [pytest.approx(math.exp(-2.0), rel=1e-6)]}
+
+
+def test_a_one_row_minibatch_is_all_own():
+    from hacrl.learner.update import row_shares
+
+    own = ViewRow(0, 0, True, [1], [2], -1.0, None, 1.0)
+    cross = ViewRow(0, 1, False, [1], [2], -1.0, None, 1.0)
+    imitation = ALGORITHMS.get("imitation")
+    assert row_shares([own], imitation) == (1.0, 0.0) and row_shares([cross], imitation) == (0.0, 1.0)
+
+
+def test_loss_inputs_without_shares_are_the_whole_minibatch():
+    from hacrl.learner.update import loss_inputs
+
+    own = ViewRow(0, 0, True, [1], [2], -1.0, None, 1.0)
+    inputs = loss_inputs([own], ALGORITHMS.get("hacpo"), torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), None)
+    assert inputs.own_share is None and inputs.imitate_share is None
+
+
+def test_loss_inputs_carry_the_reference_logprobs_to_the_kl_term():
+    from hacrl.core import hacpo_loss
+    from hacrl.learner.update import loss_inputs
+
+    # one own row of 1 token, log π = log 0.5, log π_ref = log 0.25: k3 = 0.1931472 (test_kl_k3_hand_value), β = 1
+    own = ViewRow(0, 0, True, [1], [2], math.log(0.5), None, 0.0)
+    ref_BT = torch.log(torch.tensor([[0.25]]))
+    inputs = loss_inputs([own], ALGORITHMS.get("hacpo"), torch.log(torch.tensor([[0.5]])),
+                         torch.ones(1, 1, dtype=torch.bool), ref_BT)
+    assert inputs.ref_logp_BT is ref_BT
+    loss, metrics = hacpo_loss(inputs, clip_low=0.2, clip_high=0.28, kl_coef=1.0)
+    assert float(metrics["kl"]) == pytest.approx(0.1931472) and float(loss) == pytest.approx(0.1931472)
+
+
+def test_rollout_weights_clamp_at_the_settings_max_log_ratio_and_report_no_count():
+    from hacrl.learner.update import assign_rollout_weights
+
+    # π_prox −1, the engine's −6 per token: log w = 5, clamped to max_log_ratio = 1 → w = e (cap 100: no cut)
+    own = ViewRow(0, 0, True, [1], [2, 3], -1.0, None, 1.0, behav_logp_mean=-6.0)
+    settings = dataclasses.replace(SETTINGS, max_log_ratio=1.0, rollout_correction_cap=100.0)
+    metrics = assign_rollout_weights([own], settings)
+    assert own.rollout_weight == pytest.approx(math.e, rel=1e-6)
+    assert set(metrics) == {"weight_mean", "weight_max", "weight_min", "truncated_frac", "masked_frac",
+                            "applied_mean"}
+
+
+def test_clip_grad_norm_without_gradients_is_zero():
+    from hacrl.learner.sharding import clip_grad_norm
+
+    assert clip_grad_norm(torch.nn.Linear(2, 2), 1.0) == 0.0
