@@ -479,3 +479,24 @@ def test_clip_grad_norm_without_gradients_is_zero():
     from hacrl.learner.sharding import clip_grad_norm
 
     assert clip_grad_norm(torch.nn.Linear(2, 2), 1.0) == 0.0
+
+
+def test_a_model_that_cannot_share_the_prompt_takes_the_plain_pass(spy, monkeypatch):
+    from hacrl.agents.shared_prompt import supports_shared_prompt
+    from hacrl.learner import update
+
+    # gradient checkpointing rules the shared-prompt pass out (hacrl.agents.shared_prompt): the update must not
+    # take it, whatever ``shared_prompt`` asks for
+    agent = make_agent()
+    enable = getattr(agent.model, "activation_checkpointing_enable", None) or agent.model.gradient_checkpointing_enable
+    enable()
+    assert not supports_shared_prompt(agent.model)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the shared-prompt pass ran on a model that does not support it")
+
+    monkeypatch.setattr(update, "grouped_logprobs", refuse)
+    own = row(agent, 0, 0, 0, "12+30=", "42", 1.0)
+    out = update_learner(agent, [[own]], ALGORITHMS.get("gspo"), SETTINGS, micro_batch_size=64, grad_clip=1.0,
+                         shared_prompt=True)
+    assert len(spy) == 1 and math.isfinite(out["pg_loss"])
