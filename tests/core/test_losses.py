@@ -433,3 +433,27 @@ def test_sequence_log_ratio_default_clamp_is_ten():
     # one token, log π = 0 against an old mean of −10.5: log s = 10.5, clamped to the default 10
     log_ratio, nonempty = sequence_log_ratio(torch.zeros(1, 1), torch.ones(1, 1), T([-10.5]))
     assert log_ratio.tolist() == [10.0] and nonempty.tolist() == [True]
+
+
+def test_stepwise_bound_edges_and_messages():
+    assert stepwise_lower_bound(0, delta=1.0, delta_step=0.0) == 0.0  # δ = 1: the widest window, [0, 1]
+    for (m, delta, step), message in [((0, 1.1, 0.0), r"delta must lie in \[0, 1\], got 1.1"),
+                                      ((-1, 0.2, 0.025), r"minibatch_index must be >= 0, got -1"),
+                                      ((0, 0.2, -0.01), r"delta_step must be >= 0, got -0.01")]:
+        with pytest.raises(ValueError, match=message):
+            stepwise_lower_bound(m, delta=delta, delta_step=step)
+
+
+def test_the_loss_stays_float32_under_a_float64_default_dtype():
+    # "each loss computes in float32 whatever the input dtype": the weight of 1 without a rollout correction
+    # must not promote it to torch's default dtype
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        x = LossInputs(logp_BT=torch.zeros(2, 1, dtype=torch.float32), mask_BT=torch.ones(2, 1),
+                       advantages_B=torch.tensor([1.0, -1.0], dtype=torch.float32),
+                       old_logp_mean_B=torch.zeros(2, dtype=torch.float32))
+        loss, _ = hacpo_loss(x, clip_low=0.2, clip_high=0.28)
+    finally:
+        torch.set_default_dtype(previous)
+    assert loss.dtype == torch.float32
