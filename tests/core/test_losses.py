@@ -457,3 +457,12 @@ def test_the_loss_stays_float32_under_a_float64_default_dtype():
     finally:
         torch.set_default_dtype(previous)
     assert loss.dtype == torch.float32
+
+
+@pytest.mark.parametrize("loss_fn", [hacpo_loss, gspo_loss])
+def test_float64_logprobs_without_a_kl_term_give_a_float32_loss(loss_fn):
+    # the KL term's zero (no reference) must be float32 too, or it promotes the loss to the log-probs' dtype
+    x = LossInputs(logp_BT=torch.zeros(2, 1, dtype=torch.float64), mask_BT=torch.ones(2, 1),
+                   advantages_B=T([1.0, -1.0]), old_logp_mean_B=torch.zeros(2, dtype=torch.float64))
+    loss, metrics = loss_fn(x, clip_low=0.2, clip_high=0.28)
+    assert loss.dtype == torch.float32 and metrics["kl"].dtype == torch.float32
