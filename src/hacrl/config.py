@@ -145,6 +145,12 @@ CLIP_DEFAULTS: dict[str, tuple[float, float]] = {"grpo": (0.2, 0.28)}
 SEQUENCE_CLIP_DEFAULT = (3e-4, 4e-4)
 
 
+def _off_mode(v: Any) -> Any:
+    """A mode field's value as written: YAML reads a bare ``off`` (``--set algorithm.rollout_correction=off``)
+    as false, which for these fields means the mode ``off``."""
+    return "off" if v is False else v
+
+
 class AlgorithmConfig(_Section):
     name: str = Field("hacpo", description="hacpo, gspo, gspo2x, gspo-x<N>, naive, imitation, grpo or a hacpo-* "
                       "variant")
@@ -177,11 +183,7 @@ class AlgorithmConfig(_Section):
     rollout_correction_cap: float = Field(2.0, ge=1, description="rollout correction: the cap C of the "
                                           "length-normalised weight (2: a mean gap of 0.69 nats per token)")
 
-    @field_validator("rollout_correction", mode="before")
-    @classmethod
-    def _off_is_not_false(cls, v: Any) -> Any:
-        """YAML reads a bare ``off`` (``--set algorithm.rollout_correction=off``) as false: it means the mode."""
-        return "off" if v is False else v
+    _off_is_not_false = field_validator("rollout_correction", mode="before")(_off_mode)
 
     @model_validator(mode="before")
     @classmethod
@@ -262,11 +264,7 @@ class AsyncConfig(_Section):
     staleness_cap: float = Field(2.0, ge=1, description="async: the cap C of the staleness weight (2: a mean gap "
                                  "of 0.69 nats per token)")
 
-    @field_validator("staleness_correction", mode="before")
-    @classmethod
-    def _off_is_not_false(cls, v: Any) -> Any:
-        """YAML reads a bare ``off`` as false: it means the mode."""
-        return "off" if v is False else v
+    _off_is_not_false = field_validator("staleness_correction", mode="before")(_off_mode)
 
 
 class RunConfig(_Section):
