@@ -500,3 +500,28 @@ def test_a_model_that_cannot_share_the_prompt_takes_the_plain_pass(spy, monkeypa
     out = update_learner(agent, [[own]], ALGORITHMS.get("gspo"), SETTINGS, micro_batch_size=64, grad_clip=1.0,
                          shared_prompt=True)
     assert len(spy) == 1 and math.isfinite(out["pg_loss"])
+
+
+def test_a_parameter_without_a_gradient_in_a_minibatch_is_not_moved():
+    # A trainable parameter that one minibatch uses and the next does not (an expert its router skipped)
+    # must not move on the second: its gradient is reset to None, which AdamW skips. Reset to zeros instead,
+    # AdamW would still step it on its momentum — a change to a weight that no answer asked for.
+    agent = make_agent()
+    expert = torch.nn.Parameter(torch.full((4,), 0.5, dtype=torch.float64))
+    agent.model.register_parameter("expert", expert)
+    agent.configure_optimizer(lr=1e-2)
+
+    def route_through_expert(module, args, out):
+        return out + expert.sum()
+
+    own = row(agent, 0, 0, 0, "12+30=", "42", 1.0)
+    own.advantage = 1.0
+    gspo = ALGORITHMS.get("gspo")
+    hook = agent.model.get_input_embeddings().register_forward_hook(route_through_expert)
+    update_learner(agent, [[copy.deepcopy(own)]], gspo, SETTINGS, micro_batch_size=64, grad_clip=1.0)
+    hook.remove()
+    after_first = expert.detach().clone()
+    assert not torch.equal(after_first, torch.full((4,), 0.5, dtype=torch.float64))  # it was used, and moved
+    update_learner(agent, [[copy.deepcopy(own)]], gspo, SETTINGS, micro_batch_size=64, grad_clip=1.0)
+    assert expert.grad is None
+    assert torch.equal(expert.detach(), after_first)

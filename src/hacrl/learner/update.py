@@ -392,17 +392,17 @@ def _forward(agent: Agent, micro: list[ViewRow], shared: bool, ref_rows: list[bo
     return logp, ref.to(logp.device), mask
 
 
-@torch.no_grad()
 def _reference_logprobs(agent: Agent, prompts: list[list[int]], answers: list[list[int]], rows: list[bool],
                         shared: bool, shape: torch.Size) -> Tensor:
     """The reference's answer log-probs of the marked rows, placed in a [B, ·] tensor of ``shape``: in both
     layouts every row starts at column 0, so a sub-batch's columns are the full batch's first ones."""
     idx = [i for i, keep in enumerate(rows) if keep]
     sub_p, sub_a = [prompts[i] for i in idx], [answers[i] for i in idx]
-    if shared:
-        sub = grouped_logprobs(agent.ref_model, group_batch(sub_p, sub_a, int(agent.tokenizer.pad_token_id)))
-    else:
-        sub = token_logprobs(agent.ref_model, agent.batch(sub_p, sub_a))
+    with torch.no_grad():  # a block, not the decorator: the mutation tests (docs/mutation.md) skip decorated functions
+        if shared:
+            sub = grouped_logprobs(agent.ref_model, group_batch(sub_p, sub_a, int(agent.tokenizer.pad_token_id)))
+        else:
+            sub = token_logprobs(agent.ref_model, agent.batch(sub_p, sub_a))
     if len(idx) == len(rows) and sub.shape == shape:
         return sub
     out = torch.zeros(shape, dtype=sub.dtype, device=sub.device)
