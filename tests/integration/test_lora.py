@@ -152,3 +152,26 @@ def test_a_lora_agent_is_built_and_reloaded_without_peft_s_future_warning(base_d
         agent = load_agent("a", 0, base_dir, lora=LORA)
         save_lora(agent.model, tmp_path / "adapter", merged=False)
         load_agent("a", 0, base_dir, lora=LORA, adapter_path=tmp_path / "adapter")
+
+
+def test_the_references_shared_prompt_pass_hands_the_cache_under_the_current_keyword(base_dir):
+    # The KL reference of a LoRA agent wraps the peft model, whose forward takes **kwargs: the keyword for
+    # the KV cache must be read from the transformers model inside, not from the wrapper (which would pick
+    # the deprecated ``past_key_values``: a FutureWarning in every run with kl_coef > 0).
+    import warnings
+
+    from hacrl.agents.shared_prompt import cache_kwargs, group_batch, grouped_logprobs
+
+    agent = load_agent("a", 0, base_dir, lora=LORA)
+    agent.enable_reference()
+    assert set(cache_kwargs(agent.ref_model, None)) == {"cache"}
+    prompts = [agent.render_prompt("12+34=")] * 2
+    answers = [agent.encode_answer(a, finished=True)[0] for a in ("46", "45")]
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    grouped, plain = group_batch(prompts, answers, int(agent.tokenizer.pad_token_id)), agent.batch(prompts, answers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        with torch.no_grad():
+            got = grouped_logprobs(agent.ref_model, grouped)[grouped.answer_mask_BA]
+    want = token_logprobs(base, plain)[plain.answer_mask_BT]
+    assert torch.allclose(got, want, atol=1e-5)

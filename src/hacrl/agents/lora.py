@@ -130,6 +130,11 @@ class AdapterDisabledReference:
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return self.model.parameters()
 
+    def get_base_model(self) -> Any:
+        """The transformers model inside, as peft's own method: what its forward accepts (the KV cache's
+        keyword, ``logits_to_keep``) is read from it, not from this wrapper."""
+        return self.model.get_base_model()
+
     def eval(self) -> AdapterDisabledReference:
         return self
 
