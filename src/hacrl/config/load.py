@@ -1,0 +1,235 @@
+"""Loading a config tree: named presets, YAML files, ``--set a.b=c`` overrides, one-line errors."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from hacrl.config.schema import Config, ConfigError, TaskConfig
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("hacrl.presets").iterdir() if p.name.endswith(".yaml"))
+
+
+def preset_text(name: str) -> str:
+    f = resources.files("hacrl.presets") / f"{name}.yaml"
+    if not f.is_file():
+        import difflib
+
+        close = difflib.get_close_matches(name, preset_names(), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"--preset {name!r} is unknown; {hint}valid: {', '.join(preset_names())}")
+    return f.read_text()
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        return raw
+
+
+def apply_override(tree: dict[str, Any], assignment: str) -> None:
+    """Apply ``a.b.c=value`` to a nested dict; list items (agents) are addressed by id or by index."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. trainer.steps=20")
+    key, raw = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    node: Any = tree
+    for i, part in enumerate(parts[:-1]):
+        where = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            node = _list_item(node, part, where)
+        else:
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {key}: {where} is not a section")
+            node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        raise ConfigError(f"--set {key}: name a field of the item, e.g. agents.<id>.lr=1e-4")
+    if not isinstance(node, dict):
+        raise ConfigError(f"--set {key}: {'.'.join(parts[:-1])} is not a section")
+    node[last] = _parse_value(raw)
+
+
+def _list_item(items: list[Any], part: str, where: str) -> Any:
+    for item in items:
+        if isinstance(item, dict) and str(item.get("id")) == part:
+            return item
+    if part.isdigit() and int(part) < len(items):
+        return items[int(part)]
+    ids = [str(item.get("id")) for item in items if isinstance(item, dict)]
+    raise ConfigError(f"--set {where}: no agent with id {part!r}; ids: {', '.join(ids)}")
+
+
+def _format_error(err: ValidationError, tree: dict[str, Any] | None = None) -> str:
+    first = err.errors()[0]
+    parts = list(first["loc"])
+    agents = (tree or {}).get("agents")
+    if len(parts) > 1 and parts[0] == "agents" and isinstance(parts[1], int) and isinstance(agents, list) \
+            and parts[1] < len(agents) and isinstance(agents[parts[1]], dict) and agents[parts[1]].get("id"):
+        parts[1] = agents[parts[1]]["id"]  # agents.<id>.lr, as --set names it, not agents.0.lr
+    loc = ".".join(str(x) for x in parts)
+    if first["type"] == "extra_forbidden":
+        guess = _guess_key(list(first["loc"]))
+        prefix = ".".join(str(x) for x in parts[:-1])
+        fix = f"did you mean {guess if '.' in guess else '.'.join(filter(None, [prefix, guess]))!r}?" if guess \
+            else "remove it or check its spelling"
+        return f"config: unknown key {loc!r}; {fix} (every key: `hacrl presets --fields`)"
+    if first["type"] == "missing":
+        return f"config: {loc} is required"
+    value = first.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"config: {loc}: {msg}{shown}" if loc else f"config: {msg}"
+
+
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The config section an annotation holds: ``TaskConfig``, ``list[AgentSpec]``, ``LoraSpec | None``."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, (_section_of(a) for a in typing.get_args(annotation))), None)
+
+
+def _guess_key(loc: list[Any]) -> str | None:
+    """The key an unknown one was probably meant to be: a close spelling in its own section (``step`` →
+    ``steps``), else a section holding that exact field (``trainer.delta`` → ``algorithm.delta``).
+
+    >>> _guess_key(["trainer", "step"]), _guess_key(["trainer", "delta"]), _guess_key(["agents", 0, "lrr"])
+    ('steps', 'algorithm.delta', 'lr')
+    >>> _guess_key(["trainr"]), _guess_key(["trainer", "zzz"]) is None
+    ('trainer', True)
+    """
+    import difflib
+
+    section: type[BaseModel] | None = Config
+    for part in loc[:-1]:
+        if isinstance(part, str) and section is not None:
+            field = config_fields(section).get(part)
+            section = _section_of(field.annotation) if field else None
+    if section is None or not isinstance(loc[-1], str):
+        return None
+    close = difflib.get_close_matches(loc[-1], list(config_fields(section)), n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    if section is Config or len(loc) != 2:
+        return None
+    homes = [name for name, f in config_fields(Config).items()
+             if (sub := _section_of(f.annotation)) is not None and sub is not section and loc[-1] in sub.model_fields]
+    return f"{'agents.<id>' if homes[0] == 'agents' else homes[0]}.{loc[-1]}" if homes else None
+
+
+def config_fields(section: type[BaseModel]) -> dict[str, Any]:
+    """A section's fields by the key a config file uses (``async``, the field ``async_``)."""
+    return {f.alias or name: f for name, f in section.model_fields.items()}
+
+
+def build_config(tree: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, tree)) from None
+
+
+def load_config(
+    preset: str | None = None, path: str | Path | None = None, overrides: list[str] | None = None
+) -> Config:
+    """The preset (``tiny-model`` when neither is given), then the YAML file at ``path`` layered on it (later
+    wins: see :func:`merge_trees`), then ``overrides``; validated. A dataset task without ``task.name`` is
+    named after its file (:func:`dataset_name`), so config.yaml records the name the run goes by."""
+    tree = _read_tree(preset_text(preset or "tiny-model")) if preset or path is None else {}
+    if path is not None:
+        tree = merge_trees(tree, _read_tree(_config_text(Path(path))))
+    for assignment in overrides or []:
+        apply_override(tree, assignment)
+    task = tree.get("task")
+    # a dataset left at no name or at the builtin default (add2, say from a preset it layers on): its file's
+    if isinstance(task, dict) and task.get("kind") == "dataset" \
+            and task.get("name") in (None, TaskConfig.model_fields["name"].default) \
+            and isinstance(task.get("train_path"), str) and task["train_path"].strip():
+        task["name"] = dataset_name(task["train_path"])
+    return build_config(tree)
+
+
+def _config_text(p: Path) -> str:
+    if p.is_dir():
+        raise ConfigError(f"--config {p}: is a directory; give a YAML file")
+    if not p.is_file():
+        raise ConfigError(f"--config {p}: no such file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config {p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                          f"{exc.start}); save the file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"--config {p}: cannot be read ({exc.strerror}); check its permissions") from None
+
+
+def _read_tree(text: str) -> dict[str, Any]:
+    try:
+        tree = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(tree, dict):
+        raise ConfigError("config: the top level must be a mapping of sections")
+    return tree
+
+
+def merge_trees(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` layered on ``base`` (a config file on a preset): mappings merge key by key, any other value of
+    ``top`` replaces ``base``'s. ``agents`` merge by id when every agent ``top`` lists is one of ``base``'s
+    (a file that changes an agent's lr); a list naming another agent replaces the whole list.
+
+    >>> base = {"trainer": {"steps": 30, "batch_size": 16}, "agents": [{"id": "a", "lr": 1.0}, {"id": "b"}]}
+    >>> merge_trees(base, {"trainer": {"steps": 2}, "agents": [{"id": "b", "lr": 2.0}]})
+    {'trainer': {'steps': 2, 'batch_size': 16}, 'agents': [{'id': 'a', 'lr': 1.0}, {'id': 'b', 'lr': 2.0}]}
+    >>> merge_trees(base, {"agents": [{"id": "c", "model": "m"}]})["agents"]
+    [{'id': 'c', 'model': 'm'}]
+    """
+    out = dict(base)
+    for key, value in top.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            out[key] = merge_trees(old, value)
+        elif key == "agents" and isinstance(old, list) and isinstance(value, list) and value \
+                and all(isinstance(a, dict) for a in [*old, *value]) \
+                and {a.get("id") for a in value} <= {a.get("id") for a in old}:
+            by_id = {a.get("id"): a for a in value}
+            out[key] = [merge_trees(a, by_id[a.get("id")]) if a.get("id") in by_id else a for a in old]
+        else:
+            out[key] = value
+    return out
+
+
+_SPLIT_NAME = re.compile(r"(train|training|test|testing|val|valid|validation|dev|eval|data)(-\d+-of-\d+)?",
+                         re.IGNORECASE)
+
+
+def dataset_name(spec: str) -> str:
+    """The name of a dataset task that has no ``task.name``: its file's, or its folder's when the file is
+    named after its split (``train.jsonl`` says nothing); a Hub data set's repo name.
+
+    >>> dataset_name("data/gsm8k/train.jsonl"), dataset_name("~/data/gsm8k/train.parquet")
+    ('gsm8k', 'gsm8k')
+    >>> dataset_name("my_problems.jsonl"), dataset_name("openai/gsm8k@main:test"), dataset_name("gsm8k_saved/")
+    ('my_problems', 'gsm8k', 'gsm8k_saved')
+    """
+    path = Path(spec.strip()).expanduser().absolute()
+    for part in [path, *path.parents]:
+        stem = re.split("[@:]", part.name)[0]  # a Hub name's @revision and :split
+        stem = stem.removesuffix(".jsonl").removesuffix(".json").removesuffix(".parquet")
+        if stem and not _SPLIT_NAME.fullmatch(stem):
+            return stem
+    return "dataset"
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
