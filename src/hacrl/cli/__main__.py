@@ -1,0 +1,7 @@
+"""``python -m hacrl.cli``: the ``hacrl`` command."""
+
+import sys
+
+from hacrl.cli import main
+
+sys.exit(main())

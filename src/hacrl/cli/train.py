@@ -1,0 +1,303 @@
+"""``hacrl train``: a run directory, its config, resume, the lock, and the summary printed at the end."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hacrl.config import Config, ConfigError, load_config
+from hacrl.errors import DiskFull
+from hacrl.trainer.files import as_disk_full
+from hacrl.trainer.rundir import RunLock, check_output, has_content, refuse_foreign, remove_run
+
+
+def add_train_parser(sub: Any) -> None:
+    t = sub.add_parser("train", help="train N agents together (default: the embedded tiny-model preset)")
+    t.add_argument("--preset", help="a named preset (see `hacrl presets`); default tiny-model, or with --config "
+                   "none")
+    t.add_argument("--config", help="a YAML config file, layered on --preset when both are given (the file wins; "
+                   "--set wins over both)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. trainer.steps=20 or agents.<id>.lr=1e-4 (repeatable)")
+    t.add_argument("--output", help="run directory (default: <run.output_dir>/<run.name or preset-timestamp>)")
+    t.add_argument("--resume", nargs="?", const="latest", help="resume the run directory's latest checkpoint "
+                   "(without --preset/--config: with the run's own config.yaml), or the run directory or "
+                   "checkpoints/step-* directory given")
+    t.add_argument("--overwrite", action="store_true", help="delete an existing run directory first")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _run_dir(args: argparse.Namespace, cfg: Config) -> Path:
+    if args.output:
+        return Path(args.output)
+    name = cfg.run.name or (f"{Path(args.config).stem if args.config else args.preset or 'tiny-model'}-"
+                            f"{cfg.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return Path(cfg.run.output_dir) / name
+
+
+def _resume_run_dir(args: argparse.Namespace) -> argparse.Namespace:
+    """``--resume RUN`` names a run directory, not a checkpoint: the same as ``--output RUN --resume``."""
+    from hacrl.trainer.checkpoint import MANIFEST
+
+    given = Path(args.resume) if args.resume not in (None, "latest") else None
+    if given is None or (given / MANIFEST).is_file() or not given.is_dir() \
+            or not ((given / "checkpoints").is_dir() or (given / "config.yaml").is_file()):
+        return args
+    if args.output and Path(args.output).absolute() != given.absolute():
+        raise ConfigError(f"--resume {given} is a run directory and --output {args.output} another; resume it "
+                          f"with: hacrl train --output {shlex.quote(str(given))} --resume")
+    return argparse.Namespace(**{**vars(args), "output": str(given), "resume": "latest"})
+
+
+def _train_config(args: argparse.Namespace) -> Config:
+    """The config to train with: --preset / --config / --set; resuming a run without --preset or --config,
+    the run's own config.yaml with --set on top."""
+    from hacrl.trainer.rundir import is_run_directory
+
+    saved = Path(args.output) / "config.yaml" if args.output else None
+    if not (args.resume and not args.preset and not args.config and saved and saved.is_file()
+            and is_run_directory(saved.parent)):
+        return load_config(args.preset, args.config, args.overrides)
+    try:
+        load_config(path=saved)
+    except ConfigError as exc:
+        raise ConfigError(f"--resume: {saved} is not a usable run config ({exc}); resume with the --preset or "
+                          f"--config the run was started with") from None
+    return load_config(path=saved, overrides=args.overrides)  # a bad --set is named as such
+
+
+def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
+    """The checkpoint to resume from: the one given, or the newest intact one (a damaged newer one is
+    passed over with a warning); none usable is one line naming the command that starts over."""
+    from hacrl.trainer.checkpoint import MANIFEST, usable_checkpoint, verify_checkpoint
+
+    if not args.resume:
+        return None
+    if args.resume != "latest":
+        path = Path(args.resume)
+        if not (path / MANIFEST).is_file():
+            raise ConfigError(f"--resume {path}: neither a run directory nor a complete checkpoint (no {MANIFEST}); "
+                              f"resume a run with: hacrl train --output RUN --resume (its latest checkpoint), or "
+                              f"give a RUN/checkpoints/step-* directory")
+        problem = verify_checkpoint(path)
+        if problem:
+            raise ConfigError(f"--resume {path}: the checkpoint is damaged: {problem}; give an earlier "
+                              f"checkpoints/step-* directory, or --resume alone for the newest intact one")
+        return path
+    if not has_content(run_dir):
+        raise ConfigError(f"--resume: {run_dir} holds no run; start it without --resume")
+    found, damaged = usable_checkpoint(run_dir / "checkpoints")
+    if found is None:
+        refuse_foreign(run_dir)
+        why = f"no intact checkpoint ({damaged[0][0].name}: {damaged[0][1]})" if damaged else \
+            "no complete checkpoint (the run stopped before its first)"
+        raise ConfigError(f"--resume: {run_dir} has {why}; start over with: {_command(args, run_dir, '--overwrite')}")
+    for path, problem in damaged:
+        print(f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); resuming from {found.name}",
+              file=sys.stderr)
+    return found
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other; pick one")
+    args = _resume_run_dir(args)
+    cfg = _train_config(args)
+    run_dir = _run_dir(args, cfg)
+    check_output(run_dir)
+    if has_content(run_dir):
+        refuse_foreign(run_dir)  # before the lock: not even a lock file goes into a directory that is not a run
+    made = _missing_ancestors(run_dir)  # the run directory and any parents (runs/) this command would create
+    lock = RunLock(run_dir)  # one writer per run directory, held until the run ends
+    try:
+        lock.acquire()
+        return _train_locked(args, cfg, run_dir, bool(made))
+    finally:
+        lock.release()
+        if made and run_dir.is_dir() and not has_content(run_dir):
+            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves nothing behind
+            for parent in made[1:]:  # nor an empty runs/ made for it
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
+
+
+def _missing_ancestors(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created: bool) -> int:
+    from hacrl.backends import AgentFailure
+    from hacrl.errors import TrainingDiverged
+    from hacrl.trainer.checkpoint import latest_checkpoint
+    from hacrl.trainer.trainer import Trainer
+
+    resume_from = _resolve_resume(args, run_dir)
+    if resume_from is not None and _already_finished(args, cfg, run_dir, resume_from):
+        return 0
+    fresh = created  # this invocation owns everything in the directory
+    if resume_from is None and has_content(run_dir):
+        if not args.overwrite:
+            refuse_foreign(run_dir)
+            if latest_checkpoint(run_dir / "checkpoints") is None:
+                raise ConfigError(f"run directory {run_dir} holds a run that stopped before its first checkpoint; "
+                                  f"start over with: {_command(args, run_dir, '--overwrite')}")
+            raise ConfigError(f"run directory {run_dir} exists; pass --resume to continue it or --overwrite to "
+                              f"replace it")
+        remove_run(run_dir)  # only what a run wrote; anything else is refused before a file is deleted
+        fresh = True
+    try:
+        trainer = Trainer(cfg, run_dir, resume_from=resume_from)
+    except BaseException as exc:
+        if fresh:  # nothing half-written: a run that never started leaves nothing behind
+            remove_run(run_dir)
+        full = as_disk_full(exc, run_dir)
+        if full is None:
+            raise
+        return _disk_full(full, args, run_dir, fresh)
+    print(f"hacrl: run directory {run_dir}")
+    _print_agents(trainer)
+    try:
+        with _Progress(trainer, enabled=not args.quiet) as progress:
+            result = trainer.train(progress=progress.update)
+    except (AgentFailure, TrainingDiverged) as exc:
+        last = latest_checkpoint(run_dir / "checkpoints")
+        if last is None and fresh:
+            remove_run(run_dir)
+        if isinstance(exc, TrainingDiverged):
+            kept = f"the last complete checkpoint {last} is intact; " if last else ""
+            print(f"hacrl: error: {exc}\nhacrl: {kept}start over with: {_command(args, run_dir, '--overwrite')}",
+                  file=sys.stderr)
+            return 2
+        where = f"the last complete checkpoint is {last}; resume with: {_command(args, run_dir, '--resume')}" \
+            if last else "no checkpoint was written yet (set trainer.checkpoint_every); start the run again"
+        step = trainer.step_idx + (getattr(exc, "method", None) != "save")  # a save follows its step
+        print(f"hacrl: error: step {step}: {exc}; {where}", file=sys.stderr)
+        return 3
+    except BaseException as exc:
+        if fresh and latest_checkpoint(run_dir / "checkpoints") is None:
+            remove_run(run_dir)  # a failed run with nothing to resume: the retry needs no --overwrite
+        full = as_disk_full(exc, run_dir)
+        if full is None:
+            raise
+        return _disk_full(full, args, run_dir, fresh)
+    if result["stopped"]:
+        print(f"hacrl: stopped at step {trainer.step_idx}; resume with: {_command(args, run_dir, '--resume')}",
+              file=sys.stderr)
+        return 130
+    _print_summary(trainer, result, run_dir)
+    return 0
+
+
+def _disk_full(exc: DiskFull, args: argparse.Namespace, run_dir: Path, fresh: bool) -> int:
+    """One line: what could not be written, the space it needed and the space free, and the command that
+    continues the run from its last complete checkpoint (or starts it again: a fresh run that wrote none
+    was removed)."""
+    from hacrl.trainer.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(run_dir / "checkpoints") is not None:
+        then = f"continue with: {_command(args, run_dir, '--resume')}"
+    else:
+        then = f"start again with: {_command(args, run_dir, '--overwrite' if not fresh else None)}"
+    print(f"hacrl: error: {exc.describe()}; free space, then {then}", file=sys.stderr)
+    return 2
+
+
+def _already_finished(args: argparse.Namespace, cfg: Config, run_dir: Path, checkpoint: Path) -> bool:
+    """Resuming a run whose checkpoint is at or past ``trainer.steps``: say so, with its evaluations, and
+    how to train further; nothing is loaded or written."""
+    from hacrl.trainer.checkpoint import read_manifest
+    from hacrl.trainer.sinks import read_evals
+
+    step = read_manifest(checkpoint).get("step")
+    if not isinstance(step, int) or step < cfg.trainer.steps:
+        return False
+    print(f"hacrl: {run_dir} already finished at step {step} (trainer.steps={cfg.trainer.steps}); nothing to train")
+    evals = read_evals(run_dir)
+    for agent_id in (a.id for a in cfg.agents):
+        before, after = evals.get((0, agent_id)), evals.get((step, agent_id))
+        if before is not None or after is not None:
+            print(f"  {agent_id:<20} before {_acc(before)}  after {_acc(after)}")
+    print(f"hacrl: to train further: {_command(args, run_dir, '--resume', [f'trainer.steps={2 * step}'])}")
+    return True
+
+
+def _acc(value: float | None) -> str:
+    return "  -  " if value is None else f"{value:.3f}"
+
+
+def _command(args: argparse.Namespace, run_dir: Path, flag: str | None, extra: list[str] | None = None) -> str:
+    """The ``hacrl train`` command of this run with ``flag`` (--resume, --overwrite or none), ``extra`` --set
+    last."""
+    source = [*(["--preset", args.preset] if args.preset else []), *(["--config", args.config] if args.config else [])]
+    sets = [o for o in args.overrides if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra or []}]
+    overrides = [x for o in [*sets, *(extra or [])] for x in ("--set", o)]
+    return shlex.join(["hacrl", "train", *source, *overrides, "--output", str(run_dir), *([flag] if flag else [])])
+
+
+def _print_agents(trainer: Any) -> None:
+    for a in trainer.agent_info:
+        where = f" on {a['host']}:{a['device']} (pid {a['pid']})" if trainer.cfg.backend.name == "ray" else ""
+        print(f"  agent {a['id']}: {a['model_class']}, {a['parameters'] / 1e6:.2f}M params, "
+              f"vocab {a['vocab']}, from {a['source']}{where}")
+
+
+def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
+    from hacrl.trainer.sinks import eval_key
+
+    first, last = result.get("first"), result.get("last")
+    steps = trainer.step_idx
+    print(f"hacrl: finished {steps} step{'' if steps == 1 else 's'} of {trainer.cfg.algorithm.name}; "
+          f"held-out greedy accuracy on {len(trainer.eval_problems)} {trainer.task.name} problems:")
+    for agent_id in trainer.agent_ids:
+        key = eval_key(agent_id)
+        print(f"  {agent_id:<20} before {_acc(first.get(key) if first else None)}  "
+              f"after {_acc(last.get(key) if last else None)}")
+    print(f"hacrl: metrics in {run_dir / 'metrics.jsonl'}, checkpoint {result['checkpoint']}")
+
+
+class _Progress:
+    """A rich progress bar: step, per-agent reward, ETA. Plain log lines when not on a terminal."""
+
+    def __init__(self, trainer: Any, enabled: bool) -> None:
+        self.trainer = trainer
+        self.enabled = enabled
+        self._bar: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                 TimeRemainingColumn(), TextColumn("{task.description}"), transient=False)
+            self._bar.start()
+            self._task = self._bar.add_task("", total=self.trainer.cfg.trainer.steps,
+                                            completed=self.trainer.step_idx)
+        return self
+
+    def update(self, step: int, metrics: dict[str, float]) -> None:
+        rewards = "  ".join(f"{a} {metrics.get(f'agent/{a}/reward', float('nan')):.2f}"
+                            for a in self.trainer.agent_ids)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, description=f"reward {rewards}")
+        elif self.enabled:
+            from hacrl.trainer.trainer import phase_times
+
+            step_time = sum(phase_times(metrics).values())
+            print(f"step {step}/{self.trainer.cfg.trainer.steps}  reward {rewards}  ({step_time:.1f}s)",
+                  file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
