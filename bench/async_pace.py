@@ -58,7 +58,7 @@ def build_deep_model(dst: Path, extra_layers: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from hacrl.backends.worker import resolve_model_path
+    from hacrl.backends.resolve import resolve_model_path
 
     src = resolve_model_path("builtin:qwen2-char")
     base = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)

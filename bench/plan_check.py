@@ -18,7 +18,7 @@ import torch
 
 from hacrl import plan
 from hacrl.agents.agent import load_agent
-from hacrl.backends.worker import resolve_model_path
+from hacrl.backends.resolve import resolve_model_path
 from hacrl.config import load_config
 from hacrl.learner.update import ViewRow
 

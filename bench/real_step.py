@@ -212,7 +212,7 @@ def main() -> None:
             flops[s] = counted[key]
     from transformers import AutoConfig
 
-    from hacrl.backends.worker import resolve_model_path
+    from hacrl.backends.resolve import resolve_model_path
     from hacrl.config import load_config
 
     width = AutoConfig.from_pretrained(resolve_model_path(load_config(args.preset).agents[0].model)).hidden_size

@@ -32,10 +32,11 @@ def worker(name: str, preset: str, threads: int, prompts: int, overrides: list[s
     from transformers.utils import logging as hf_logging
 
     from hacrl.agents.agent import token_logprobs
-    from hacrl.backends.worker import AgentWorker, logprob_gap
+    from hacrl.backends.worker import AgentWorker
     from hacrl.config import load_config
     from hacrl.data.factory import build_task
     from hacrl.rollout import Sample, SamplingParams, get_engine
+    from hacrl.rollout.base import logprob_gap
 
     hf_logging.disable_progress_bar()
     torch.set_num_threads(threads)

@@ -19,7 +19,7 @@ from async_pace import build_deep_model, main  # noqa: E402
 def test_the_deep_model_computes_the_shipped_models_function(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from hacrl.backends.worker import resolve_model_path
+    from hacrl.backends.resolve import resolve_model_path
 
     info = build_deep_model(tmp_path / "deep", extra_layers=2)
     assert info["layers"] == [4, 6] and info["params"][1] > info["params"][0]

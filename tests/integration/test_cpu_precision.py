@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from hacrl.backends import worker
+from hacrl.backends import devices
 from hacrl.config import load_config
 
 
@@ -23,9 +23,9 @@ def _spec(*overrides: str):
 ])
 def test_slow_low_precision_on_cpu_is_one_warning_naming_the_fields_and_the_fix(monkeypatch, caplog, overrides,
                                                                                  fields):
-    monkeypatch.setattr(worker, "cpu_matmul_slowdown", lambda dtype: 54.5)
-    with caplog.at_level(logging.WARNING, logger="hacrl.backends.worker"):
-        line = worker.warn_slow_cpu_precision(_spec(*overrides))
+    monkeypatch.setattr(devices, "cpu_matmul_slowdown", lambda dtype: 54.5)
+    with caplog.at_level(logging.WARNING, logger="hacrl.backends.devices"):
+        line = devices.warn_slow_cpu_precision(_spec(*overrides))
     assert line is not None and "\n" not in line
     assert line.startswith(f"{fields}: ") and "54x slower than float32" in line
     assert "use dtype=float32 and autocast=null" in line
@@ -34,15 +34,15 @@ def test_slow_low_precision_on_cpu_is_one_warning_naming_the_fields_and_the_fix(
 
 def test_no_warning_for_float32_a_fast_dtype_or_another_device(monkeypatch, caplog):
     calls: list[str] = []
-    monkeypatch.setattr(worker, "cpu_matmul_slowdown", lambda dtype: calls.append(dtype) or 1.2)
+    monkeypatch.setattr(devices, "cpu_matmul_slowdown", lambda dtype: calls.append(dtype) or 1.2)
     with caplog.at_level(logging.WARNING):
-        assert worker.warn_slow_cpu_precision(_spec()) is None  # float32: nothing measured
+        assert devices.warn_slow_cpu_precision(_spec()) is None  # float32: nothing measured
         assert calls == []
-        assert worker.warn_slow_cpu_precision(_spec("agents.qwen-char.autocast=bfloat16")) is None  # fast here
+        assert devices.warn_slow_cpu_precision(_spec("agents.qwen-char.autocast=bfloat16")) is None  # fast here
         assert calls == ["bfloat16"]
         # a GPU agent: the CPU's speed does not matter (the spec is not checked against the devices here)
         spec = _spec("agents.qwen-char.autocast=bfloat16").model_copy(update={"device": "cuda"})
-        assert worker.warn_slow_cpu_precision(spec) is None
+        assert devices.warn_slow_cpu_precision(spec) is None
     assert caplog.records == []
 
 
@@ -52,8 +52,8 @@ def test_the_slowdown_is_measured_once_per_dtype_and_restores_the_thread_count()
     import torch
 
     threads = torch.get_num_threads()
-    worker.cpu_matmul_slowdown.cache_clear()
-    first = worker.cpu_matmul_slowdown("bfloat16")
+    devices.cpu_matmul_slowdown.cache_clear()
+    first = devices.cpu_matmul_slowdown("bfloat16")
     assert math.isfinite(first) and first > 0
-    assert worker.cpu_matmul_slowdown("bfloat16") == first  # cached: measured once per process
+    assert devices.cpu_matmul_slowdown("bfloat16") == first  # cached: measured once per process
     assert torch.get_num_threads() == threads

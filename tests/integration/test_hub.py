@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hacrl.agents.tiny import tiny_agent_path
-from hacrl.backends.worker import resolve_model_path
+from hacrl.backends.resolve import resolve_model_path
 from hacrl.data.hub import hub_dataset_rows, is_hub_name, resolve_hub_model
 from hacrl.errors import InputError
 

@@ -31,9 +31,9 @@ import torch
 
 from hacrl.agents.agent import Agent, load_agent, token_logprobs
 from hacrl.agents.tiny import tiny_agent_path
-from hacrl.backends.worker import logprob_gap
 from hacrl.data.tasks import get_task
 from hacrl.rollout import Sample, SamplingParams, get_engine
+from hacrl.rollout.base import logprob_gap
 
 pytestmark = [
     pytest.mark.vllm_cpu,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import math
 import os
@@ -35,7 +34,9 @@ from typing import Any
 import torch
 
 from hacrl.agents.agent import DTYPES, Agent, load_agent, token_logprobs
-from hacrl.config import AgentSpec, Config, ConfigError, rollout_correction_mode
+from hacrl.backends.devices import check_device, warn_slow_cpu_precision
+from hacrl.backends.resolve import agent_seed, make_engine, resolve_model_path
+from hacrl.config import Config, rollout_correction_mode
 from hacrl.errors import DamagedCheckpoint, InputError, TrainingDiverged
 from hacrl.failpoints import failpoint
 from hacrl.learner.algorithms import ALGORITHMS
@@ -49,62 +50,14 @@ from hacrl.learner.update import (
     update_learner,
 )
 from hacrl.pool import TrajectoryPool
-from hacrl.rollout import SamplingParams, get_engine
-from hacrl.rollout.base import Sample
+from hacrl.rollout import SamplingParams
+from hacrl.rollout.base import Sample, logprob_gap
 from hacrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
 
 RNG_FILE = "rng.pt"
 PENDING_FILE = "own_pending.pt"  # the asynchronous mode: the worker's version and its own answers not trained on yet
-
-
-def resolve_model_path(spec: str, field: str = "model") -> Path:
-    """``builtin:<name>`` → a pretrained model converted from a package's GGUF file (cached on first use,
-    see ``hacrl.agents.gguf``) or a tiny agent shipped in the package; a local path that exists is that
-    path; ``org/name[@revision]`` otherwise is a model in the Hugging Face cache (``hacrl.data.hub``,
-    never downloaded); anything else is a directory (checked when it loads)."""
-    if spec.startswith("builtin:"):
-        from hacrl.agents.gguf import PRETRAINED, pretrained_path
-        from hacrl.agents.tiny import tiny_agent_path
-
-        name = spec.removeprefix("builtin:")
-        return pretrained_path(name) if name in PRETRAINED else tiny_agent_path(name)
-    path = Path(spec).expanduser()
-    if not path.exists():
-        from hacrl.data.hub import is_hub_name, resolve_hub_model
-
-        if is_hub_name(spec):
-            return resolve_hub_model(spec, field=field)
-    return path
-
-
-def make_engine(cfg: Config) -> Any:
-    """The configured rollout engine; an unknown engine or option is a one-line ConfigError."""
-    import inspect
-
-    from hacrl.rollout import ENGINES
-
-    r = cfg.rollout
-    try:
-        cls = ENGINES.get(r.engine)
-    except KeyError as exc:
-        raise ConfigError(f"rollout.engine: {exc.args[0]}") from None
-    params = inspect.signature(cls).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        unknown = sorted(set(r.engine_options) - set(params))
-        if unknown:
-            raise ConfigError(f"rollout.engine_options.{unknown[0]}: not an option of the {r.engine} engine; "
-                              f"valid: {', '.join(params) or 'none'}")
-    try:
-        return get_engine(r.engine, **r.engine_options)
-    except ValueError as exc:  # an option's value the engine refuses
-        raise ConfigError(str(exc)) from None
-
-
-def agent_seed(run_seed: int, index: int) -> int:
-    """The seed of agent ``index``'s sampling stream."""
-    return (run_seed * 1_000_003 + 7919 * (index + 1)) % (2**63 - 1)
 
 
 class AgentWorker:
@@ -541,73 +494,6 @@ def _local(p: torch.Tensor) -> torch.Tensor:
     return (to_local() if to_local is not None else p).detach()
 
 
-def check_device(device: str, field: str) -> None:
-    """Refuse, with one line naming ``field``, a device torch does not know or this machine does not have."""
-    try:
-        d = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise InputError(f"{field}={device!r}: not a torch device; use cpu, cuda, cuda:<n> or mps") from None
-    if d.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            build = "" if torch.version.cuda else " (this torch is a CPU-only build)"
-            raise InputError(f"{field}={device}: no CUDA device is available here{build}; use cpu")
-        if d.index is not None and d.index >= count:
-            raise InputError(f"{field}={device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}; "
-                             f"pick one of them")
-    elif d.type == "mps" and not torch.backends.mps.is_available():
-        raise InputError(f"{field}={device}: MPS is not available here; use cpu")
-    elif d.type not in ("cpu", "cuda", "mps"):
-        backend = getattr(torch, d.type, None)
-        if backend is None or not getattr(backend, "is_available", lambda: False)():
-            raise InputError(f"{field}={device}: no {d.type} device is available here; use cpu")
-
-
-def warn_slow_cpu_precision(spec: AgentSpec) -> str | None:
-    """A CPU agent asked to compute in bfloat16 or float16 (``dtype`` or ``autocast``) on a CPU whose torch
-    runs that dtype's matmuls far slower than float32 (no bf16/fp16 matmul instructions: an AVX2 CPU ran
-    bf16 ~50× slower, see docs/real-models.md): log one warning line naming the fields and the fix, and
-    return it (None when the dtype is fast here, or the agent is not on the CPU)."""
-    if torch.device(spec.device).type != "cpu":
-        return None
-    low = [(f"agents.{spec.id}.{name}", value) for name, value in (("dtype", spec.dtype), ("autocast", spec.autocast),
-                                                                   ("fsdp_mixed_precision", spec.fsdp_mixed_precision))
-           if value in ("bfloat16", "float16")]
-    if not low:
-        return None
-    slowdown = cpu_matmul_slowdown(low[0][1])
-    if slowdown < 3.0:
-        return None
-    fields = " and ".join(f"{k}={v}" for k, v in low)
-    line = (f"{fields}: {low[0][1]} matmuls run {slowdown:.0f}x slower than float32 on this CPU (torch CPU "
-            f"capability {torch.backends.cpu.get_cpu_capability()}); on this CPU use dtype=float32 and autocast=null"
-            + (" and fsdp_mixed_precision=null" if spec.fsdp_mixed_precision else ""))
-    logger.warning(line)
-    return line
-
-
-@functools.cache
-def cpu_matmul_slowdown(dtype: str) -> float:
-    """Seconds of a [256, 256] × [256, 256] matmul in ``dtype`` over float32's on this CPU (best of 3, one
-    thread; a few milliseconds where the dtype is slow, well under one where it is not)."""
-    def best(dt: torch.dtype) -> float:
-        a, b = torch.randn(256, 256).to(dt), torch.randn(256, 256).to(dt)
-        a @ b  # warm-up: kernels chosen, memory touched
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            a @ b
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return best(DTYPES[dtype]) / max(best(torch.float32), 1e-9)
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _from_checkpoint(path: Path, load: Any) -> Any:
     """``load()``, with a file of the checkpoint that cannot be read reported as one line naming it."""
     try:
@@ -630,19 +516,3 @@ def _node_ip() -> str:
         return str(ray.util.get_node_ip_address())
     except Exception:  # noqa: BLE001 - outside Ray: this host
         return "127.0.0.1"
-
-
-def logprob_gap(engine: list[Sample], trained: list[Sample]) -> dict[str, float]:
-    """How far the engine's per-token log-probs are from the training forward pass's, over all tokens:
-    mean and max |Δ|, and the mean |exp(mean Δ) − 1| of the sequence-level ratio GSPO would see."""
-    total, count, worst, seq_dev = 0.0, 0, 0.0, 0.0
-    for a, b in zip(engine, trained, strict=True):
-        if not a.logps:
-            continue
-        diff = torch.tensor(b.logps, dtype=torch.float64) - torch.tensor(a.logps, dtype=torch.float64)
-        total += float(diff.abs().sum())
-        count += diff.numel()
-        worst = max(worst, float(diff.abs().max()))
-        seq_dev += abs(float(torch.exp(diff.mean())) - 1.0)
-    n = sum(1 for a in engine if a.logps)
-    return {"logp_gap_mean": total / max(count, 1), "logp_gap_max": worst, "seq_ratio_dev": seq_dev / max(n, 1)}

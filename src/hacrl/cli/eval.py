@@ -86,7 +86,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[str, Any]]], dict | None]:
     """(agent id, model directory, load_agent keyword arguments) per agent, and the run's config if any."""
-    from hacrl.backends.worker import check_device
+    from hacrl.backends.devices import check_device
     from hacrl.trainer.checkpoint import read_manifest, usable_checkpoint
     from hacrl.trainer.trainer import resolve_model_path
 

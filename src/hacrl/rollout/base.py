@@ -57,3 +57,21 @@ ENGINES: Registry = Registry("rollout engine")
 
 def get_engine(name: str, **kwargs: Any) -> RolloutEngine:
     return ENGINES.get(name)(**kwargs)
+
+
+def logprob_gap(engine: list[Sample], trained: list[Sample]) -> dict[str, float]:
+    """How far the engine's per-token log-probs are from the training forward pass's, over all tokens:
+    mean and max |Δ|, and the mean |exp(mean Δ) − 1| of the sequence-level ratio GSPO would see."""
+    import torch
+
+    total, count, worst, seq_dev = 0.0, 0, 0.0, 0.0
+    for a, b in zip(engine, trained, strict=True):
+        if not a.logps:
+            continue
+        diff = torch.tensor(b.logps, dtype=torch.float64) - torch.tensor(a.logps, dtype=torch.float64)
+        total += float(diff.abs().sum())
+        count += diff.numel()
+        worst = max(worst, float(diff.abs().max()))
+        seq_dev += abs(float(torch.exp(diff.mean())) - 1.0)
+    n = sum(1 for a in engine if a.logps)
+    return {"logp_gap_mean": total / max(count, 1), "logp_gap_max": worst, "seq_ratio_dev": seq_dev / max(n, 1)}

@@ -67,7 +67,7 @@ def start_key(cfg: Config) -> str:
     import transformers
 
     import hacrl
-    from hacrl.backends.worker import resolve_model_path
+    from hacrl.backends.resolve import resolve_model_path
 
     agents = []
     for spec in cfg.agents:

@@ -32,7 +32,7 @@ import yaml
 from hacrl.agents.agent import Agent
 from hacrl.agents.gguf import check_finetune_overlap
 from hacrl.backends import AgentFailure, make_backend
-from hacrl.backends.worker import resolve_model_path
+from hacrl.backends.resolve import resolve_model_path
 from hacrl.config import Config, ConfigError, derive, dump_config, recompute_old_logprobs, resume_conflict
 from hacrl.core import CapabilityTracker
 from hacrl.core.window import CrossWindow
