@@ -32,6 +32,8 @@ def _update(step: int, agent: str, version: int, *, idle: float, per_hour: float
     return {"step": step, f"{a}/version": version, f"{a}/async/idle_frac": idle,
             f"{a}/async/updates_per_hour": per_hour, f"{a}/staleness/mean": stale_mean,
             f"{a}/staleness/max": stale_max, f"{a}/optimizer_steps": 1,
+            # ω of the other agent at this update: 1 + version / 10 (fast) or 1 − version / 10 (slow)
+            f"{a}/omega/{'slow' if agent == 'fast' else 'fast'}": 1 + (version if agent == "fast" else -version) / 10,
             **{f"{a}/async/used/{j}": n for j, n in used.items()}}
 
 
@@ -181,3 +183,21 @@ def test_a_comparison_of_async_runs_finds_their_final_accuracy_and_reuses_them(t
     lines.clear()
     run_comparison("tiny-test", "hacpo", 1, sets, tmp_path / "cmp", log=lines.append)  # reused, not refused
     assert any("reused (finished run" in line for line in lines)
+
+
+def test_an_async_runs_omega_curve_is_read_against_each_agents_own_updates(tmp_path):
+    # fast updated 4 times and slow twice over 6 logged steps: each agent's ω curve has one point per update of
+    # its own (its version), as a lock-step run's has one per step, not one per logged line of the whole run
+    outcomes = []
+    for seed in (0, 1):
+        make_async_run(tmp_path / f"seed-{seed}", seed)
+        outcomes.append(RunOutcome("hacpo", seed, tmp_path / f"seed-{seed}", "reused", 1.0))
+    cfg = load_config("tiny-test", None, ["trainer.steps=2", "agents.0.id=fast", "agents.1.id=slow"])
+    meta = {"command": "hacrl compare ...", "preset": "tiny-test", "config_path": None, "overrides": [],
+            "algorithms": ["hacpo"], "seeds": [0, 1], "wall_s": 0.0, "created": "2027-01-01 00:00:00"}
+    diag = summarize(cfg, meta, outcomes)["diagnostics"]["hacpo"]
+    fast, slow = diag["fast"]["omega"]["slow"]["curve"], diag["slow"]["omega"]["fast"]["curve"]
+    assert fast["steps"] == [1, 2, 3, 4] and fast["mean"] == pytest.approx([1.1, 1.2, 1.3, 1.4])
+    assert slow["steps"] == [1, 2] and slow["mean"] == pytest.approx([0.9, 0.8])
+    assert fast["n"] == [2, 2, 2, 2]
+    assert diag["fast"]["omega"]["slow"]["final"] == pytest.approx(1.4)

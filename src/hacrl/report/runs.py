@@ -270,6 +270,9 @@ class RunData:
     sampled: dict[tuple[int, str], dict[str, float]] = field(default_factory=dict)  # avg@k, pass@k, k
     problems: dict[tuple[int, str], dict[str, dict[str, float]]] = field(default_factory=dict)  # see below
     mode: str = "lockstep"  # trainer.mode; evaluations are keyed by progress in trainer.steps units either way
+    # asynchronous runs: agent → its version (its own update count) → the metrics line of that update; an
+    # agent's own curves (ω, the cross window) are read against it, as a lock-step run's against its steps
+    agent_updates: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
 
 
 def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
@@ -286,7 +289,27 @@ def outputs_data(outcomes: list[RunOutcome], cfg: Config) -> list[RunData]:
         problems = {k: v for k, v in _by_progress(o.run_dir, read_problem_records(o.run_dir)).items()
                     if k[0] <= steps}
         out.append(RunData(o.algo, o.seed, metrics, evals, sampled, problems,
-                           "lockstep" if progress is None else "async"))
+                           "lockstep" if progress is None else "async",
+                           {} if progress is None else agent_updates(metrics, [a.id for a in cfg.agents])))
+    return out
+
+
+def agent_updates(metrics: dict[int, dict[str, Any]], agents: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
+    """An asynchronous run's metrics lines by agent and version: the line where ``agent/<id>/version`` first
+    reaches each value is that agent's update (an evaluation line repeats every agent's version after it).
+
+    >>> lines = {1: {"agent/a/version": 1, "agent/a/omega/b": 0.5}, 2: {"agent/b/version": 1},
+    ...          3: {"agent/a/version": 1, "agent/b/version": 1, "eval/a/greedy_acc": 0.2},
+    ...          4: {"agent/a/version": 2, "agent/a/omega/b": 0.7}}
+    >>> {v: line.get("agent/a/omega/b") for v, line in agent_updates(lines, ["a", "b"])["a"].items()}
+    {1: 0.5, 2: 0.7}
+    """
+    out: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in agents}
+    for step in sorted(metrics):
+        for a in agents:
+            v = metrics[step].get(f"agent/{a}/version")
+            if isinstance(v, int | float) and int(v) not in out[a]:
+                out[a][int(v)] = metrics[step]
     return out
 
 

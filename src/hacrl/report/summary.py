@@ -49,10 +49,12 @@ def is_baseline(label: str) -> bool:
 
 # ---- per-step values over runs ----------------------------------------------------------------------
 
-def _series(data: list[RunData], key: Callable[[RunData, int], float | None],
+def _series(data: list[RunData], key: Callable[[RunData, int], float | None], steps: list[int] | None = None,
             ) -> dict[str, list[float | None]]:
-    """Mean, sd, min, max and count over runs, for every step where at least one run has a value."""
-    steps = sorted({s for d in data for s in d.metrics} | {s for d in data for s, _ in d.evals})
+    """Mean, sd, min, max and count over runs, for every step (of ``steps``, default: every logged or evaluated
+    step) where at least one run has a value."""
+    if steps is None:
+        steps = sorted({s for d in data for s in d.metrics} | {s for d in data for s, _ in d.evals})
     rows = {"steps": [], "mean": [], "sd": [], "min": [], "max": [], "n": []}
     for s in steps:
         vals = [v for d in data if (v := key(d, s)) is not None and math.isfinite(v)]
@@ -68,6 +70,22 @@ def _series(data: list[RunData], key: Callable[[RunData, int], float | None],
 def _metric(d: RunData, step: int, key: str) -> float | None:
     v = d.metrics.get(step, {}).get(key)
     return float(v) if isinstance(v, int | float) else None
+
+
+def _agent_metric(d: RunData, step: int, agent: str, key: str) -> float | None:
+    """``agent``'s metric ``key`` at its own step: a lock-step run's line at ``step``, an asynchronous run's at
+    the agent's update number ``step`` (its version), where its own diagnostics were logged."""
+    if d.mode != "async":
+        return _metric(d, step, key)
+    v = d.agent_updates.get(agent, {}).get(step, {}).get(key)
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _agent_series(data: list[RunData], agent: str, key: str) -> dict[str, list[float | None]]:
+    """Mean, sd, min, max and count over runs of ``agent``'s metric ``key`` against its own step (>= 1)."""
+    steps = sorted({s for d in data for s in (d.agent_updates.get(agent, {}) if d.mode == "async" else d.metrics)
+                    if s > 0})
+    return _series(data, lambda d, s: _agent_metric(d, s, agent, key), steps)
 
 
 def _mean_over_steps(d: RunData, key: str) -> float | None:
@@ -177,7 +195,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
                 if other == agent:
                     continue
                 key = f"agent/{agent}/omega/{other}"
-                curve = _series(runs, lambda d, s, key=key: _metric(d, s, key) if s > 0 else None)
+                curve = _agent_series(runs, agent, key)
                 omega[other] = {"mean": avg(f"omega/{other}"),
                                 "final": curve["mean"][-1] if curve["mean"] else None, "curve": curve}
             diag[agent] = {
@@ -185,8 +203,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
                 "below_window_frac": avg("cross/clip_low_frac"),
                 "above_window_frac": avg("cross/clip_high_frac"),
                 "cross_answers": avg("count/cross"),
-                "in_window_curve": _series(runs, lambda d, s, agent=agent: _metric(
-                    d, s, f"agent/{agent}/cross/in_window_frac") if s > 0 else None),
+                "in_window_curve": _agent_series(runs, agent, f"agent/{agent}/cross/in_window_frac"),
                 "omega": omega,
                 # the adaptive window's ℓ_0 (None for a fixed window)
                 "window_lower": mean_sd([avg(f"window_lower/{o}") for o in agent_ids if o != agent])[0],
