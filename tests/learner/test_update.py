@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import math
 import statistics
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -525,3 +526,25 @@ def test_a_parameter_without_a_gradient_in_a_minibatch_is_not_moved():
     update_learner(agent, [[copy.deepcopy(own)]], gspo, SETTINGS, micro_batch_size=64, grad_clip=1.0)
     assert expert.grad is None
     assert torch.equal(expert.detach(), after_first)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_reference_logprobs_sit_on_the_marked_rows_only(shared):
+    # the KL reference runs on the rows marked (the own answers) and leaves zeros on the others; its values
+    # are the reference model's own, not the trained policy's (which has moved away from it here)
+    agent = make_agent()
+    agent.enable_reference()
+    with torch.no_grad():
+        for p in agent.model.parameters():
+            p.add_(0.01)  # the policy is no longer the reference
+    rows = [row(agent, 0, 0, 0, "12+30=", "42", 1.0), row(agent, 0, 1, 0, "12+30=", "7", 0.0),
+            row(agent, 0, 0, 0, "12+30=", "421", 1.0)]
+    logp, ref, mask = _forward(agent, rows, shared, [True, False, True])
+    assert ref is not None and ref.shape == logp.shape and not ref.requires_grad
+    assert (ref[1] == 0).all()
+    for i in (0, 2):
+        want = token_logps_by_hand(SimpleNamespace(model=agent.ref_model), rows[i].prompt_ids, rows[i].answer_ids)
+        got = ref[i][mask[i].bool()].tolist()
+        assert got == pytest.approx(list(want), abs=1e-9)
+        assert logp[i][mask[i].bool()].tolist() != pytest.approx(list(want), abs=1e-6)
+    assert _forward(agent, rows, shared, [False] * 3)[1] is None
