@@ -31,7 +31,6 @@ from hacrl.plan import add_plan_parser, cmd_plan
 from hacrl.report.compare_cli import add_compare_parser, cmd_compare
 from hacrl.trainer.files import as_disk_full
 
-logger = logging.getLogger("hacrl")
 _PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EROFS}
 
 

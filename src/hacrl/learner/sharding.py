@@ -32,8 +32,9 @@ Departures from a textbook FSDP loop, each forced by how hacrl trains:
   after the update for the ``hf`` engine) and reshards with :func:`reshard_full` before training and
   saving. The ``vllm`` engine has a copy of its own: after the update the worker leaves the model
   sharded and the engine's weight push reads it through :func:`hacrl.agents.shards.full_pieces`, one
-  decoder layer (one FSDP unit) all-gathered at a time (``DTensor.full_tensor``, every rank in step), pushed into that rank's
-  engine and dropped before the next (``tests/rollout/test_vllm_sharded_cpu.py`` counts the bytes).
+  decoder layer (one FSDP unit) all-gathered at a time (``DTensor.full_tensor``, every rank in step),
+  pushed into that rank's engine and dropped before the next (``tests/rollout/test_vllm_sharded_cpu.py``
+  counts the bytes).
 - Checkpoints: :func:`save_sharded` writes model, optimizer and reference shards with
   ``torch.distributed.checkpoint`` (``sharded/``, every rank its part) and :func:`export_pretrained`
   gathers the weights on rank 0 into an ordinary Hugging Face checkpoint beside it (LoRA: adapter plus
@@ -59,8 +60,6 @@ from torch import nn
 from hacrl.agents.shards import decoder_layers, is_sharded
 
 SHARDED_DIR = "sharded"
-
-
 
 
 def _mesh(group: Any, device: torch.device) -> Any:
@@ -121,7 +120,6 @@ def _fsdp_modules(model: nn.Module) -> list[Any]:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
-
 def gather_full(model: Any) -> None:
     """All-gather every FSDP unit once (in the same order on every rank) and keep the full weights until
     :func:`reshard_full`: forward passes then issue no collective, so ranks may generate different
@@ -153,9 +151,6 @@ def full_weights(model: Any) -> Iterator[None]:
         yield
     finally:
         reshard_full(model)
-
-
-
 
 
 def sum_replica_gradients(model: nn.Module, group: Any) -> None:

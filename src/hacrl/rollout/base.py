@@ -64,7 +64,7 @@ def logprob_gap(engine: list[Sample], trained: list[Sample]) -> dict[str, float]
     mean and max |Δ|, and the mean |exp(mean Δ) − 1| of the sequence-level ratio GSPO would see."""
     import torch
 
-    total, count, worst, seq_dev = 0.0, 0, 0.0, 0.0
+    total, count, worst, seq_dev, n = 0.0, 0, 0.0, 0.0, 0
     for a, b in zip(engine, trained, strict=True):
         if not a.logps:
             continue
@@ -73,5 +73,5 @@ def logprob_gap(engine: list[Sample], trained: list[Sample]) -> dict[str, float]
         count += diff.numel()
         worst = max(worst, float(diff.abs().max()))
         seq_dev += abs(float(torch.exp(diff.mean())) - 1.0)
-    n = sum(1 for a in engine if a.logps)
+        n += 1
     return {"logp_gap_mean": total / max(count, 1), "logp_gap_max": worst, "seq_ratio_dev": seq_dev / max(n, 1)}

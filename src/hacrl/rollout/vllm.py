@@ -351,8 +351,9 @@ def weight_chunks(weights: Iterator[tuple[str, torch.Tensor]], limit: int = CHUN
 def weight_pieces(model: Any) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """What a weight push sends, a list at a time, in the base model's checkpoint names. Unsharded:
     :func:`hf_weights` in :func:`weight_chunks`. Sharded (FSDP2): one decoder layer, or one tensor outside
-    them, gathered from the shards at a time (``hacrl.agents.shards.full_pieces``; a collective unless the model is
-    gathered: every rank iterates to the end), a LoRA layer merged within its piece (:func:`merged_piece`)."""
+    them, gathered from the shards at a time (``hacrl.agents.shards.full_pieces``; a collective unless the
+    model is gathered: every rank iterates to the end), a LoRA layer merged within its piece
+    (:func:`merged_piece`)."""
     from hacrl.agents.shards import full_pieces, is_sharded
 
     if not is_sharded(model):
