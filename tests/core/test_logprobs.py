@@ -45,6 +45,36 @@ def test_chunks_cover_every_position_once():
         assert torch.equal(seen, torch.ones_like(seen)), (shape, budget)
 
 
+@pytest.mark.parametrize("shape, budget, want", [
+    # 3 positions of 10 floats (40 bytes each) fit 120 bytes exactly: one whole row per block
+    ((2, 3, 10), 120, [(0, 1, 0, 3), (1, 2, 0, 3)]),
+    # rows of one position (8 bytes): four rows fit 32 bytes, so one block holds them all
+    ((4, 1, 2), 32, [(0, 4, 0, 1)]),
+    # a budget below one position still moves one position at a time, never two
+    ((1, 3, 10), 10, [(0, 1, 0, 1), (0, 1, 1, 2), (0, 1, 2, 3)]),
+    # two positions of a row per block (80 of 100 bytes), the last block the remainder
+    ((1, 3, 10), 100, [(0, 1, 0, 2), (0, 1, 2, 3)]),
+])
+def test_chunks_are_as_large_as_the_budget_allows_and_no_larger(shape, budget, want):
+    blocks = _chunks(torch.Size(shape), budget)
+    assert blocks == want
+    vocab = shape[2]
+    for b0, b1, t0, t1 in blocks:  # float32 bytes of a block: within the budget, or one position if it is smaller
+        assert (b1 - b0) * (t1 - t0) * vocab * 4 <= max(budget, vocab * 4)
+
+
+def test_float32_logprobs_whatever_torchs_default_dtype():
+    z = torch.randn(2, 3, 5)
+    y = torch.zeros(2, 3, dtype=torch.long)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = selected_logprobs(z, y)
+    finally:
+        torch.set_default_dtype(default)
+    assert got.dtype == torch.float32  # float32 logits give float32 log-probs, as the docstring says
+
+
 def test_bf16_logits_give_float32_logprobs_and_bf16_gradients():
     g = torch.Generator().manual_seed(1)
     z32 = torch.randn(2, 3, 50, generator=g)
@@ -63,3 +93,6 @@ def test_bf16_logits_give_float32_logprobs_and_bf16_gradients():
 def test_shape_mismatch_is_one_line():
     with pytest.raises(ValueError, match="logits"):
         selected_logprobs(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))
+    # [B, T] logits with [B, T] targets: the targets match logits.shape[:2], the logits still are not [B, T, V]
+    with pytest.raises(ValueError, match=r"logits \[B, T, V\] and targets \[B, T\] expected, got \(2, 3\)"):
+        selected_logprobs(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))

@@ -371,18 +371,37 @@ def test_metrics_are_detached_tensors():
             assert not v.requires_grad and v.grad_fn is None, (name, key)
 
 
-@pytest.mark.parametrize("bad", ["mask", "adv", "empty_batch", "ref", "own", "omega", "old_mean", "old_tok"])
-def test_loss_input_shape_errors(bad):
+@pytest.mark.parametrize("bad, message", [
+    ("mask", r"logp and mask must be \[B, T\] of one shape, got \(3, 2\) and \(3, 3\)"),
+    ("adv", r"advantages_B must be \[3\], got \(2,\)"),  # B = 3 (not T = 2) named
+    ("empty_batch", "empty minibatch: logp has no sequences"),
+    ("ref", r"ref_logp_BT must match logp's shape \(3, 2\), got \(3, 3\)"),
+    ("own", r"own_B must be \[3\], got \(3, 1\)"),
+    ("omega", r"omega_B must be \[3\], got \(4,\)"),
+    ("old_mean", r"old_logp_mean_B must be \[3\], got \(3, 2\)"),
+    ("old_tok", r"old_logp_BT must match logp's shape \(3, 2\), got \(3,\)"),
+    ("own_share", r"own_share must be a share in \[0, 1\], got 1.5"),
+    ("imitate_share", r"imitate_share must be a share in \[0, 1\], got -0.25"),
+])
+def test_loss_input_shape_errors(bad, message):
     good = {"logp_BT": torch.zeros(3, 2), "mask_BT": torch.ones(3, 2), "advantages_B": torch.zeros(3),
             "old_logp_mean_B": torch.zeros(3), "own_B": torch.ones(3, dtype=torch.bool), "omega_B": torch.ones(3),
             "old_logp_BT": torch.zeros(3, 2), "ref_logp_BT": torch.zeros(3, 2)}
     wrong = {"mask": {"mask_BT": torch.ones(3, 3)}, "adv": {"advantages_B": torch.zeros(2)},
              "empty_batch": {k: v[:0] for k, v in good.items()}, "ref": {"ref_logp_BT": torch.zeros(3, 3)},
              "own": {"own_B": torch.ones(3, 1)}, "omega": {"omega_B": torch.ones(4)},
-             "old_mean": {"old_logp_mean_B": torch.zeros(3, 2)}, "old_tok": {"old_logp_BT": torch.zeros(3)}}[bad]
+             "old_mean": {"old_logp_mean_B": torch.zeros(3, 2)}, "old_tok": {"old_logp_BT": torch.zeros(3)},
+             "own_share": {"own_share": 1.5}, "imitate_share": {"imitate_share": -0.25}}[bad]
     LossInputs(**good)
-    with pytest.raises(ValueError, match="must|empty"):
+    with pytest.raises(ValueError, match=f"^{message}$"):
         LossInputs(**(good | wrong))
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_a_share_of_none_or_all_of_the_rows_is_accepted(share):
+    # a micro-batch whose minibatch has no own rows (share 0) or only own rows (share 1)
+    x = LossInputs(torch.zeros(2, 1), torch.ones(2, 1), torch.zeros(2), own_share=share, imitate_share=share)
+    assert (x.own_share, x.imitate_share) == (share, share)
 
 
 def test_each_loss_names_the_input_it_lacks():

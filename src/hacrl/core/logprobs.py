@@ -54,7 +54,7 @@ class _SelectedLogProbs(torch.autograd.Function):
         logits_BTV, targets_BT = ctx.saved_tensors
         grad_BTV = torch.empty_like(logits_BTV)
         for b0, b1, t0, t1 in _chunks(logits_BTV.shape, ctx.chunk_bytes):
-            g = grad_BT[b0:b1, t0:t1, None].to(grad_BT.dtype)
+            g = grad_BT[b0:b1, t0:t1, None]
             # ∂ log π(y) / ∂z = onehot(y) − softmax(z)
             d = torch.softmax(logits_BTV[b0:b1, t0:t1].to(grad_BT.dtype), dim=-1).mul_(-g)
             d.scatter_add_(-1, targets_BT[b0:b1, t0:t1, None], g)
