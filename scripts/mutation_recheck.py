@@ -1,56 +1,82 @@
-"""Re-run mutants against chosen test files and record the ones a test kills (docs/mutation.md).
+"""Run mutants against chosen test files and record what they show in mutmut's results (docs/mutation.md).
 
-mutmut re-runs a survivor with every test that covers its function (for the loss internals and the update,
-~110 s of tests on 2 cores); after writing a test for it, the test file that holds the new test is enough to
-show the mutant killed. For each mutant whose name matches a pattern and whose result is "survived" (or any
-result, with --all: also the ones mutmut has not reached), this runs ``pytest -x`` on the given test files
-with the mutant switched on (``MUTANT_UNDER_TEST``, the mutated copy in mutants/src first on the path), as
-mutmut does: the library and the test files are imported once, and each mutant's run is a fork of that
-process. A mutant a test fails on is written as "killed" into mutmut's results straight away; the others keep
-their result (a mutant that passes here may still be killed by a test outside the files given). Run ``bash
-scripts/mutation.sh`` (or ``mutmut run``) first, and not at the same time as it (both write the results).
+mutmut runs a mutant with every test that covers its function (for the loss internals and the update, ~110 s
+of tests on 2 cores) and only with the tests of its selection. This runs each mutant whose name matches a
+pattern and that is not yet killed (every matching one with --all) against the test files given, as mutmut
+does: the mutated copy in mutants/src first on the path, the mutant switched on by ``MUTANT_UNDER_TEST``, the
+tests run once without a mutant first (they must pass; this warms the process up), and each mutant's run a
+fork of that process under a CPU-time and memory bound. A mutant a test fails on is written as "killed", one
+that runs past the bounds (a loop that never ends) as "timeout"; one that passes keeps its result (a test
+outside the files given may still kill it), or, with --record-survivors, is written as "survived": for code
+whose tests lie outside mutmut's selection (the trainer's phases), the files given are its test suite. Each
+result is written at once, under a lock; do not run this while ``mutmut run`` runs (both write the results).
 
     python scripts/mutation_recheck.py 'hacrl.core.losses.x_hacpo_loss*' -- tests/core/test_loss_edges.py
-    python scripts/mutation_recheck.py --all 'hacrl.core.logprobs.*' -- tests/core/test_logprobs.py
+    python scripts/mutation_recheck.py --record-survivors 'hacrl.trainer.trainer.x_rescue_share*' -- tests/trainer
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import fnmatch
 import json
 import os
+import resource
+import signal
 import sys
 import time
 from pathlib import Path
 
-KILLED, SURVIVED = 1, 0  # mutmut's exit codes for these results
+KILLED, SURVIVED, TIMEOUT = 1, 0, 36  # mutmut's exit codes for these results
+MEMORY_BYTES = 6 * 2**30  # a mutant's address space: a runaway loop stops here, not at the machine's OOM killer
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
 
-def _run_forked(name: str, tests: list[str]) -> int:
-    """pytest's exit code for ``tests`` with mutant ``name`` switched on, in a fork of this process."""
+def _run_forked(name: str, tests: list[str], cpu_s: int) -> int:
+    """pytest's exit code for ``tests`` with mutant ``name`` switched on, in a fork of this process; TIMEOUT
+    for a mutant that runs past ``cpu_s`` CPU seconds or past MEMORY_BYTES (a loop that never ends)."""
     import pytest
 
     pid = os.fork()
-    if pid == 0:  # the child: quiet, the mutant on (mutmut's trampolines read the variable at each call)
+    if pid == 0:  # the child: quiet, bounded, the mutant on (mutmut's trampolines read the variable at each call)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
         os.environ["MUTANT_UNDER_TEST"] = name
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
         try:
             code = int(pytest.main([*PYTEST_ARGS, *tests]))
-        except BaseException:
+        except MemoryError:
+            code = TIMEOUT
+        except BaseException:  # noqa: BLE001 - a forked child never returns into the parent's code
             code = 3
         os._exit(code)
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    code = os.waitstatus_to_exitcode(status)
+    return TIMEOUT if code in (-signal.SIGXCPU, -signal.SIGKILL) else code
+
+
+def _record(meta: Path, name: str, code: int) -> None:
+    """Write one mutant's result into its meta file, read afresh under a lock (another re-check may be writing
+    the same file's other mutants)."""
+    with open(meta.parent / ".recheck.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(meta.read_text())
+        data["exit_code_by_key"][name] = code
+        tmp = meta.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(meta)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("patterns", nargs="+", help="mutant name globs, then -- and the test files")
-    p.add_argument("--all", action="store_true", help="every matching mutant, not only survivors")
+    p.add_argument("--all", action="store_true", help="every matching mutant, the killed ones too")
+    p.add_argument("--record-survivors", action="store_true",
+                   help="also record a mutant these files do not kill as survived (when they hold every test "
+                        "that reaches its code, e.g. code outside mutmut's test selection)")
     argv = sys.argv[1:]
     if "--" not in argv:
         p.error("give the test files after --")
@@ -65,27 +91,29 @@ def main() -> int:
     os.environ["MUTANT_UNDER_TEST"] = ""  # the original code while warming up
     import pytest
 
-    if int(pytest.main([*PYTEST_ARGS, "--collect-only", "-qq", *tests])) != 0:  # imports torch, hacrl, the tests
-        p.error(f"the test files do not collect: {' '.join(tests)}")
-    counts = {"killed": 0, "survived": 0}
+    # one clean run first, as mutmut's: the tests must pass without a mutant, and everything they import (torch,
+    # transformers' model classes, hacrl, the test files) is imported once here, not in every fork
+    start = time.process_time()
+    if int(pytest.main([*PYTEST_ARGS, "-qq", *tests])) != 0:
+        p.error(f"the tests fail without a mutant: {' '.join(tests)}")
+    cpu_s = int(10 * (time.process_time() - start)) + 60  # mutmut's rule of thumb: well past a clean run
+    counts = {"killed": 0, "survived": 0, "timeout": 0}
     for meta in metas:
-        data = json.loads(meta.read_text())
-        codes = data["exit_code_by_key"]
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
         names = [n for n in codes if any(fnmatch.fnmatch(n, pat) for pat in args.patterns)
-                 and (args.all or codes[n] == SURVIVED)]
+                 and (args.all or codes[n] != KILLED)]
         for name in names:
             start = time.monotonic()
-            code = _run_forked(name, tests)
-            if code not in (0, 1):  # 0: every test passed; 1: one failed; other codes: the run itself failed
+            code = _run_forked(name, tests, cpu_s)
+            if code not in (0, 1, TIMEOUT):  # 0: every test passed; 1: one failed; others: the run itself failed
                 print(f"{name}: pytest exited {code}; result left as it was", file=sys.stderr, flush=True)
                 continue
-            killed = code == 1
-            counts["killed" if killed else "survived"] += 1
-            print(f"{'killed  ' if killed else 'passed  '} {name} ({time.monotonic() - start:.1f} s)", flush=True)
-            if killed:
-                codes[name] = KILLED
-                meta.write_text(json.dumps(data))  # each kill kept at once: a stopped re-check loses nothing
-    print(f"{counts['killed']} killed, {counts['survived']} not killed by these files")
+            kind = {KILLED: "killed", SURVIVED: "survived", TIMEOUT: "timeout"}[code]
+            counts[kind] += 1
+            print(f"{'passed' if code == SURVIVED else kind:8} {name} ({time.monotonic() - start:.1f} s)", flush=True)
+            if code != SURVIVED or args.record_survivors:
+                _record(meta, name, code)  # each result kept at once: a stopped re-check loses nothing
+    print(f"{counts['killed']} killed, {counts['timeout']} timed out, {counts['survived']} not killed by these files")
     return 0
 
 
