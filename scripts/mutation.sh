@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Mutation testing of the learning signal (issue #28.4; docs/mutation.md): mutmut mutates hacrl.core and
-# hacrl.learner ([tool.mutmut] in pyproject.toml) and runs, for each mutant, the tests of tests/core,
-# tests/learner and tests/pool that cover the mutated function; a mutant that no test kills "survived".
+# Mutation testing of the learning signal (issue #28.4; docs/mutation.md): mutmut mutates hacrl.core,
+# hacrl.learner and the trainer ([tool.mutmut] in pyproject.toml) and runs, for each mutant, the tests of tests/core,
+# tests/learner and tests/pool that cover the mutated function; a mutant that no test kills "survived". The
+# trainer's phase functions then run against tests/trainer (below).
 # Usage: bash scripts/mutation.sh [MUTANT-PATTERN ...]   e.g. 'hacrl.core.advantages*' (default: all)
 # Results stay in mutants/ (git-ignored) and continue where a stopped run left off; `mutmut results` lists the
 # survivors, `mutmut show NAME` one diff. Not part of `make test`: the whole set (~2,600 mutants) takes hours on
@@ -11,6 +12,17 @@ cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 "$VENV/bin/python" -m pip install -q "mutmut==3.8.1"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# hacrl.trainer.trainer is mutated (mutmut writes its mutants) but run below, not by mutmut's selection
+if [ "$#" -eq 0 ]; then set -- 'hacrl.core.*' 'hacrl.learner.*'; RUN_PHASES=1; else RUN_PHASES=0; fi
 "$VENV/bin/mutmut" run --max-children "${MUTMUT_CHILDREN:-2}" "$@"
+# the trainer's phase code: its tests (tests/trainer) lie outside mutmut's selection, so its mutants run against
+# them here, forked from one warm process as mutmut runs its own (scripts/mutation_recheck.py)
+if [ "$RUN_PHASES" -eq 1 ]; then
+  PHASES=(step train _score _pool_metrics _write_samples _rollout _rollout_done _update_done _observe_window
+          _next_problems _sampling_params _update_args _needs_recompute)
+  PATTERNS=('hacrl.trainer.trainer.x_rescue_share__*' 'hacrl.trainer.trainer.x_sub_phase_timings__*')
+  for f in "${PHASES[@]}"; do PATTERNS+=("hacrl.trainer.trainer.xǁTrainerǁ${f}__*"); done
+  "$VENV/bin/python" scripts/mutation_recheck.py --record-survivors "${PATTERNS[@]}" -- tests/trainer
+fi
 # per module: killed, survived, no tests, not checked, and the score killed / (killed + survived + timeout)
 "$VENV/bin/mutmut" results --all true | "$VENV/bin/python" scripts/mutation_summary.py

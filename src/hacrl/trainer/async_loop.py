@@ -191,7 +191,7 @@ class AsyncLoop:
         self.busy[k] += timings[f"timing/update/{agent_id}"]
         self.versions[k] += 1
         self.updates[k] += 1
-        line.update({key: v for key, v in self.t._pool_metrics(pool, None, capability, omega).items()
+        line.update({key: v for key, v in self.t._pool_metrics(pool, capability, omega).items()
                      if key.startswith(prefix)})
         line.update(self._async_metrics(k, take))
         line["pool/size"] = len(pool)

@@ -80,12 +80,9 @@ def timed(timings: dict[str, float], name: str) -> Iterator[None]:
 def rescue_share(pool: TrajectoryPool, *, learner: int, source: int) -> float:
     """Share of the step's prompts on which ``learner`` wrote no correct answer (reward >= 1) and ``source``
     wrote at least one: the prompts where the source's answers can teach the learner something it lacks."""
-    solved: dict[tuple[int, int], bool] = {}
-    for t in pool.scored([learner, source]):
-        key = (t.prompt_index, t.source)
-        solved[key] = solved.get(key, False) or t.reward >= 1.0
+    solved = {(t.prompt_index, t.source) for t in pool.scored() if t.reward >= 1.0}
     groups = {t.prompt_index for t in pool.trajectories}
-    hits = sum(not solved.get((g, learner), False) and solved.get((g, source), False) for g in groups)
+    hits = sum((g, learner) not in solved and (g, source) in solved for g in groups)
     return hits / max(len(groups), 1)
 
 
@@ -254,7 +251,7 @@ class Trainer:
                            "timed out" if kind == "timeout" else f"unscorable ({kind})", message)
         if answers and result.ok == 0:
             reasons = "; ".join(f"{n} {kind}: {result.first_message.get(kind, '')}" for kind, n in
-                                result.counts().items() if n and kind != "ok")
+                                result.counts().items() if n)  # no answer is ok here
             raise InputError(f"task.reward: no answer of step {self.step_idx + 1} could be scored ({reasons}); "
                              f"fix the reward function or raise task.reward_timeout_s")
         # tokenizer-neutral: each worker keeps its own token ids and log-probs from rollout to update
@@ -277,7 +274,7 @@ class Trainer:
         metrics.update(self._rollout_metrics)
         with timed(timings, "capability"):
             rewards, sources = pool.rewards_and_sources()
-            step_rate = self.tracker.update(rewards, sources)
+            self.tracker.update(rewards, sources)
             capability, omega = self.tracker.capability, self.tracker.omega_matrix()
         n = len(self.agent_ids)
         bounds = [self.window.bounds(i) if self.window is not None else None for i in range(n)]
@@ -291,7 +288,7 @@ class Trainer:
             busy = sum(timings[f"timing/{phase}/{a}"] for a in self.agent_ids)
             timings[f"timing/{phase}_overlap"] = busy / max(timings[f"timing/{phase}"], 1e-9)
         self.step_idx += 1
-        metrics.update(self._pool_metrics(pool, step_rate, capability, omega))
+        metrics.update(self._pool_metrics(pool, capability, omega))
         metrics.update(timings)
         self._write_samples(pool)
         return metrics
@@ -324,7 +321,8 @@ class Trainer:
                 self.window.observe(learner, j, torch.tensor(ratios.get(j, []), dtype=torch.float64))
         return out
 
-    def _pool_metrics(self, pool: TrajectoryPool, rate, capability, omega) -> dict[str, float]:
+    def _pool_metrics(self, pool: TrajectoryPool, capability: torch.Tensor, omega: torch.Tensor
+                      ) -> dict[str, float]:
         out: dict[str, float] = {"pool/size": len(pool)}
         for i, a in enumerate(self.agent_ids):
             own = [t for t in pool.trajectories if t.source == i]

@@ -1,0 +1,506 @@
+"""The trainer's phases on hand-built inputs, without a model: what a step's metrics say about its pool, how
+the scorer's rewards come back into the pool, how each agent's update metrics and cross ratios reach that
+agent's keys and adaptive window, the data order, and the loop's cadence of evaluations and checkpoints.
+
+The models of a real tiny trainer are swapped for a scripted backend (``Scripted``), so each value here is
+computed by hand; mutation testing (docs/mutation.md) runs these tests against the trainer's phase code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from hacrl.config import load_config
+from hacrl.core import CapabilityTracker
+from hacrl.core.window import CrossWindow
+from hacrl.errors import InputError
+from hacrl.pool import TrajectoryPool
+from hacrl.rewards import ScoreResult
+from hacrl.rollout import SamplingParams
+from hacrl.trainer.trainer import Trainer, sub_phase_timings
+from hacrl.types import Problem, Trajectory
+
+THREE = ("agents=[{id: a, model: 'builtin:qwen2-char-small', lr: 3.0e-4}, "
+         "{id: b, model: 'builtin:qwen2-char', lr: 3.0e-4}, {id: c, model: 'builtin:llama-bpe', lr: 3.0e-4}]")
+REWARD = {"right": 1.0, "half": 0.5, "wrong": 0.0, "?": None}  # the scripted scorer's rewards by answer text
+
+
+def answer(group: int, source: int, text: str = "wrong", *, finished: bool = True, tokens: int = 1,
+           reward: float | None = None) -> Trajectory:
+    return Trajectory(prompt_index=group, source=source, text=text, finished=finished, logp_sum=-1.0,
+                      num_tokens=tokens, reward=reward)
+
+
+def problems(n: int) -> list[Problem]:
+    return [Problem(f"p{i}", f"{i}+1=", str(i + 1)) for i in range(n)]
+
+
+def scripted_score(texts: list[str], _problems: list[Problem]) -> ScoreResult:
+    """1 for "right", 0.5 for "half", 0 for "wrong", unscorable (the function returned None) for "?"."""
+    result = ScoreResult([None] * len(texts))
+    for i, text in enumerate(texts):
+        value = REWARD[text]
+        result.record(i, "ok" if value is not None else "none", value, None if value is not None else "returned None")
+    return result
+
+
+class Scripted:
+    """A backend whose agents answer and update as scripted: ``answers[i]`` are agent i's answers to any batch,
+    ``updates[i]`` its update metrics; every call is recorded."""
+
+    def __init__(self, answers: list[list[Trajectory]], rollout: list[dict[str, float]],
+                 updates: list[dict[str, Any]]) -> None:
+        self.answers, self.rollout, self.updates = answers, rollout, updates
+        self.calls: list[tuple[str, Any, dict]] = []
+
+    def call(self, method: str, args: list[tuple] | None = None, **kwargs: Any) -> list[Any]:
+        self.calls.append((method, args, kwargs))
+        if method == "rollout":
+            return [(list(a), dict(m)) for a, m in zip(self.answers, self.rollout, strict=True)]
+        if method == "update":
+            return [{**u, "cross_ratios": {j: list(r) for j, r in u.get("cross_ratios", {}).items()}}
+                    if "cross_ratios" in u else dict(u) for u in self.updates]
+        raise AssertionError(f"unexpected call {method}")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def trainer(tmp_path, monkeypatch):
+    """A three-agent tiny trainer with the adaptive window, its models replaced by a scripted backend."""
+    torch.set_num_threads(1)
+    cfg = load_config("tiny-test", overrides=[THREE, "algorithm.cross_window=adaptive", "trainer.log_samples=2",
+                                              "rollout.temperature=0.7", "rollout.top_p=0.9"])
+    t = Trainer(cfg, tmp_path, sinks=False)
+    t.backend.close()
+    t.backend = Scripted([[], [], []], [{"busy_s": 0.0}] * 3, [{"busy_s": 0.0}] * 3)
+    monkeypatch.setattr(t, "score", scripted_score)
+    yield t
+    t.close()
+
+
+# ---- what a step's metrics say about its pool --------------------------------------------------------------
+
+def test_pool_metrics_hand_computed(trainer):
+    # a: prompt 0 right (3 tokens), wrong unfinished (4); prompt 1 half (2), unscorable (5)
+    # b: prompt 1 right (2)    c: prompt 0 right (2), prompt 1 unscorable unfinished (4)
+    pool = TrajectoryPool(problems(2), [
+        answer(0, 0, reward=1.0, tokens=3), answer(0, 0, reward=0.0, tokens=4, finished=False),
+        answer(1, 0, reward=0.5, tokens=2), answer(1, 0, reward=None, tokens=5),
+        answer(1, 1, reward=1.0, tokens=2),
+        answer(0, 2, reward=1.0, tokens=2), answer(1, 2, reward=None, tokens=4, finished=False)])
+    capability = torch.tensor([0.1, 0.2, 0.3])
+    omega = torch.tensor([[1.0, 2.0, 3.0], [4.0, 1.0, 5.0], [6.0, 7.0, 1.0]])  # ω[learner, source]
+    got = trainer._pool_metrics(pool, capability, omega)
+    want = {
+        "pool/size": 7,
+        # the mean over scored answers (0.5 counts half a reward, not an accuracy); tokens and finished over all
+        "agent/a/reward": 1.5 / 3, "agent/a/accuracy": 1 / 3, "agent/a/capability": 0.1,
+        "agent/a/answer_tokens": 14 / 4, "agent/a/finished_frac": 3 / 4,
+        "agent/b/reward": 1.0, "agent/b/accuracy": 1.0, "agent/b/capability": 0.2,
+        "agent/b/answer_tokens": 2.0, "agent/b/finished_frac": 1.0,
+        "agent/c/reward": 1.0, "agent/c/accuracy": 1.0, "agent/c/capability": 0.3,
+        "agent/c/answer_tokens": 3.0, "agent/c/finished_frac": 0.5,
+        "agent/a/omega/b": 2.0, "agent/a/omega/c": 3.0, "agent/b/omega/a": 4.0, "agent/b/omega/c": 5.0,
+        "agent/c/omega/a": 6.0, "agent/c/omega/b": 7.0,
+        # prompts the learner did not solve and the source did: a misses prompt 1, which b solved; b misses
+        # prompt 0 (no answer), which a and c solved; c misses prompt 1, which b solved
+        "agent/a/rescue/b": 0.5, "agent/a/rescue/c": 0.0, "agent/b/rescue/a": 0.5, "agent/b/rescue/c": 0.5,
+        "agent/c/rescue/a": 0.0, "agent/c/rescue/b": 0.5,
+    }
+    assert got == pytest.approx(want)
+    assert list(got) == list(want)[:1] + [k for k in got if k != "pool/size"]  # and no other keys
+
+
+def test_a_one_prompt_pool_rescues_all_or_nothing(trainer):
+    pool = TrajectoryPool(problems(1), [answer(0, 0, reward=0.0), answer(0, 1, reward=1.0), answer(0, 2, reward=None)])
+    got = trainer._pool_metrics(pool, torch.zeros(3), torch.ones(3, 3))
+    assert (got["agent/a/rescue/b"], got["agent/b/rescue/a"], got["agent/c/rescue/b"]) == (1.0, 0.0, 1.0)
+
+
+def test_an_agent_without_answers_reads_zero_not_nan(trainer):
+    pool = TrajectoryPool(problems(1), [answer(0, 0, reward=1.0)])
+    got = trainer._pool_metrics(pool, torch.zeros(3), torch.ones(3, 3))
+    assert [got[f"agent/b/{k}"] for k in ("reward", "accuracy", "answer_tokens", "finished_frac")] == [0, 0, 0, 0]
+
+
+# ---- rewards back into the pool ------------------------------------------------------------------------------
+
+def test_score_puts_each_reward_on_its_answer_and_counts_the_unscorable_per_agent(trainer, caplog):
+    ps = problems(2)
+    answers = [answer(0, 0, "right"), answer(1, 0, "?"), answer(0, 1, "wrong"), answer(1, 1, "half"),
+               answer(0, 2, "?"), answer(1, 2, "?")]
+    seen = []
+
+    def score(texts, probs):
+        seen.append((texts, [p.id for p in probs]))
+        return scripted_score(texts, probs)
+
+    trainer.score = score
+    with caplog.at_level(logging.WARNING, logger="hacrl.trainer.trainer"):
+        pool, stats = trainer._score(ps, answers)
+    # the scorer saw each answer with its own prompt's problem
+    assert seen == [(["right", "?", "wrong", "half", "?", "?"], ["p0", "p1", "p0", "p1", "p0", "p1"])]
+    assert [t.reward for t in pool.trajectories] == [1.0, None, 0.0, 0.5, None, None]
+    assert [(t.prompt_index, t.source, t.text) for t in pool.trajectories] == \
+        [(t.prompt_index, t.source, t.text) for t in answers]
+    assert pool.problems == ps
+    assert stats == {"reward/ok": 3, "reward/none": 3, "reward/error": 0, "reward/nan": 0, "reward/timeout": 0,
+                     "agent/a/unscorable": 1, "agent/b/unscorable": 0, "agent/c/unscorable": 2}
+    assert caplog.messages == ["step 1: 3 answer(s) unscorable (none): answer 1: returned None"]
+
+
+def test_a_timed_out_reward_is_logged_as_timed_out(trainer, caplog):
+    def score(texts, _probs):
+        result = ScoreResult([1.0, None])
+        result.ok, result.timeout, result.first_message = 1, 1, {"timeout": "answer 1: took longer than 5 s"}
+        return result
+
+    trainer.score = score
+    trainer.step_idx = 6
+    with caplog.at_level(logging.WARNING, logger="hacrl.trainer.trainer"):
+        trainer._score(problems(1), [answer(0, 0, "right"), answer(0, 1, "?")])
+    assert caplog.messages == ["step 7: 1 answer(s) timed out: answer 1: took longer than 5 s"]
+
+
+def test_a_step_with_no_scorable_answer_is_one_clear_error(trainer):
+    def score(texts, _probs):
+        result = ScoreResult([None] * 3)
+        result.none, result.timeout = 2, 1
+        result.first_message = {"none": "answer 0: returned None", "timeout": "answer 2: took longer than 5 s"}
+        return result
+
+    trainer.score = score
+    trainer.step_idx = 2
+    with pytest.raises(InputError) as err:
+        trainer._score(problems(1), [answer(0, 0), answer(0, 1), answer(0, 2)])
+    assert str(err.value) == ("task.reward: no answer of step 3 could be scored (2 none: answer 0: returned None; "
+                              "1 timeout: answer 2: took longer than 5 s); fix the reward function or raise "
+                              "task.reward_timeout_s")
+
+
+def test_a_kind_counted_without_a_message_reads_empty(trainer):
+    def score(texts, _probs):
+        result = ScoreResult([None])
+        result.error = 1  # a scorer that counted the failure but kept no message for it
+        return result
+
+    trainer.score = score
+    with pytest.raises(InputError, match=r"could be scored \(1 error: \); fix"):
+        trainer._score(problems(1), [answer(0, 0)])
+
+
+def test_a_scorer_returning_fewer_rewards_than_answers_is_an_error(trainer):
+    trainer.score = lambda texts, probs: scripted_score(texts[:-1], probs[:-1])
+    with pytest.raises(ValueError, match="zip"):
+        trainer._score(problems(1), [answer(0, 0, "right"), answer(0, 1, "right")])
+
+
+def test_a_step_without_answers_is_not_an_error(trainer):
+    trainer.score = lambda texts, probs: ScoreResult([])
+    pool, stats = trainer._score(problems(1), [])
+    assert len(pool) == 0 and stats["reward/ok"] == 0 and stats["agent/a/unscorable"] == 0
+
+
+# ---- update metrics and cross ratios, each to its own agent -----------------------------------------------------
+
+def test_update_done_routes_metrics_timings_and_cross_ratios_to_the_learner(trainer):
+    window = trainer.window
+    ceiling = window.ceiling
+    timings: dict[str, float] = {}
+    metrics = {"busy_s": 2.5, "busy_forward_s": 1.0, "busy_backward_s": 0.5, "pg_loss": 0.3,
+               "cross_ratios": {0: [0.3, 0.6, 0.9, 1.1], 2: []}}
+    out = trainer._update_done(1, metrics, [0.7, 0.8, 0.6], timings)
+    # the bound b used for each source's answers; b's own entry (0.8) is not a cross bound
+    assert out == {"agent/b/window_lower/a": 0.7, "agent/b/window_lower/c": 0.6, "agent/b/pg_loss": 0.3}
+    assert timings == {"timing/update/b": 2.5, "timing/forward/b": 1.0, "timing/backward/b": 0.5}
+    # b's window for a's answers moved (as a window fed the same ratios would), for c's (no ratios) did not;
+    # no other learner's window moved
+    reference = CrossWindow(3, delta=trainer.cfg.algorithm.delta, target=window.target, floor=window.floor,
+                            smoothing=window.smoothing)
+    want = reference.observe(1, 0, torch.tensor([0.3, 0.6, 0.9, 1.1], dtype=torch.float64))  # 0.3: not a float32
+    assert want == 0.3  # the third largest ratio ≤ 1 (target 0.75 of 4), taken in float64
+    assert window.bounds(1) == [want, ceiling, ceiling]
+    assert window.bounds(0) == window.bounds(2) == [ceiling] * 3
+    # a source missing from the ratios (none of its answers reached this learner) leaves its bound alone
+    out = trainer._update_done(2, {"busy_s": 1.0, "cross_ratios": {1: [0.3]}}, [0.8, 0.8, 0.8], timings)
+    assert out == {"agent/c/window_lower/a": 0.8, "agent/c/window_lower/b": 0.8}
+    assert window.bounds(2) == [ceiling, 0.3, ceiling]
+
+
+def test_update_done_without_an_adaptive_window_keeps_every_metric(trainer):
+    trainer.window = None
+    timings: dict[str, float] = {}
+    out = trainer._update_done(2, {"busy_s": 1.0, "kl": 0.25, "count/cross": 8}, None, timings)
+    assert out == {"agent/c/kl": 0.25, "agent/c/count/cross": 8}
+    assert timings == {"timing/update/c": 1.0}
+
+
+def test_a_backend_returning_fewer_agents_than_it_has_is_an_error(trainer):
+    trainer.backend = Scripted([[], []], [{"busy_s": 0.0}] * 2, [])  # two results for three agents
+    with pytest.raises(ValueError, match="zip"):
+        trainer._rollout(problems(4))
+
+
+def test_rollout_done_names_the_agent_and_splits_its_timings():
+    timings: dict[str, float] = {"timing/rollout": 4.0}
+    got = Trainer._rollout_done("b", {"busy_s": 3.0, "busy_recompute_s": 1.0, "tokens": 12.0}, timings)
+    assert got == {"agent/b/rollout/tokens": 12.0}
+    assert timings == {"timing/rollout": 4.0, "timing/rollout/b": 3.0, "timing/recompute/b": 1.0}
+    assert Trainer._rollout_done("a", {"busy_s": 3.0, "gap": 0.5}, None) == {"agent/a/rollout/gap": 0.5}
+
+
+def test_sub_phase_timings_take_only_busy_seconds():
+    m = {"busy_forward_s": 1, "busy_s_total": 2.0, "not_busy_forward_s": 3.0, "busy_ref_s": 0.25, "loss": 1.0}
+    assert sub_phase_timings(m, "x") == {"timing/forward/x": 1.0, "timing/ref/x": 0.25}
+    assert m == {"busy_s_total": 2.0, "not_busy_forward_s": 3.0, "loss": 1.0}
+    assert isinstance(sub_phase_timings({"busy_a_s": 1}, "x")["timing/a/x"], float)
+
+
+# ---- the data order ------------------------------------------------------------------------------------------
+
+def test_next_problems_takes_a_batch_in_order_and_stops_short_with_a_clear_error(trainer):
+    b = trainer.cfg.trainer.batch_size
+    ps = problems(2 * b + 1)
+    trainer._train_iter, trainer.data_pos = iter(ps), 5
+    assert trainer._next_problems() == ps[:b]
+    assert trainer._next_problems() == ps[b:2 * b]
+    assert trainer.data_pos == 5 + 2 * b  # counted for resume
+    with pytest.raises(RuntimeError, match="task 'add2' ran out of training problems"):
+        trainer._next_problems()
+
+
+# ---- one whole step, scripted --------------------------------------------------------------------------------
+
+def test_a_scripted_step(trainer):
+    b, g = trainer.cfg.trainer.batch_size, trainer.derived.group_size
+    assert (b, g) == (4, 4)
+    # a answers "right" to everything, b "wrong", c one "right" per prompt and three unscorable
+    per_agent = [[answer(p, 0, "right", tokens=2) for p in range(b) for _ in range(g)],
+                 [answer(p, 1, "wrong", tokens=3, finished=False) for p in range(b) for _ in range(g)],
+                 [answer(p, 2, "right" if k == 0 else "?") for p in range(b) for k in range(g)]]
+    trainer.backend = Scripted(per_agent, [{"busy_s": 0.5, "tokens": 10.0}, {"busy_s": 1.5, "tokens": 20.0},
+                                           {"busy_s": 2.0, "tokens": 30.0}],
+                               [{"busy_s": 1.0, "pg_loss": 0.1, "cross_ratios": {1: [0.9], 2: [1.0]}},
+                                {"busy_s": 2.0, "pg_loss": 0.2, "cross_ratios": {0: [0.95], 2: [1.0]}},
+                                {"busy_s": 3.0, "pg_loss": 0.3, "cross_ratios": {0: [1.0], 1: [0.9]}}])
+    trainer.window.lower_NN[1, 2] = 0.55  # one learner's bound for one source, moved by an earlier step
+    ps = problems(b)
+    trainer._train_iter, trainer.step_idx = iter(ps), 3  # a resumed run's fourth step
+    metrics = trainer.step()
+    assert trainer.step_idx == 4
+
+    (rollout, r_args, r_kw), (update, u_args, u_kw) = trainer.backend.calls
+    # at temperature 0.7 the engine's log-probs are not π_old's: the workers recompute them
+    assert (rollout, update, r_kw) == ("rollout", "update", {"recompute": True})
+    assert all(prompts == [p.prompt for p in ps] for prompts, _ in r_args)
+    assert {params for _, params in r_args} == {SamplingParams(n=g, temperature=0.7, top_p=0.9, max_new_tokens=4)}
+    # the capability tracker saw this step's scored answers: a 16/16, b 0/16, c 4/4
+    tracker = CapabilityTracker(3, window=trainer.cfg.algorithm.capability_window)
+    tracker.update(*_rewards_and_sources(per_agent))
+    for i, (pool, omega, capability, minibatch, rows, bound) in enumerate(u_args):
+        assert len(pool) == 3 * b * g
+        assert torch.equal(omega, tracker.omega_matrix()) and torch.equal(capability, tracker.capability)
+        assert (minibatch, rows) == (trainer.derived.minibatch_size, trainer.derived.rows_per_prompt)
+        want_bound = [0.8, 0.8, 0.8]
+        if i == 1:
+            want_bound[2] = 0.55
+        assert bound == pytest.approx(want_bound), i  # each learner got its own row of the window
+    assert metrics["reward/ok"] == 2 * b * g + b and metrics["reward/none"] == b * (g - 1)
+    assert [metrics[f"agent/{a}/unscorable"] for a in "abc"] == [0, 0, b * (g - 1)]
+    assert [metrics[f"agent/{a}/rollout/tokens"] for a in "abc"] == [10.0, 20.0, 30.0]
+    assert [metrics[f"agent/{a}/pg_loss"] for a in "abc"] == [0.1, 0.2, 0.3]
+    assert [metrics[f"agent/{a}/accuracy"] for a in "abc"] == [1.0, 0.0, 1.0]
+    assert metrics["agent/b/window_lower/c"] == pytest.approx(0.55)
+    assert [metrics[f"timing/rollout/{a}"] for a in "abc"] == [0.5, 1.5, 2.0]
+    assert [metrics[f"timing/update/{a}"] for a in "abc"] == [1.0, 2.0, 3.0]
+    for phase, busy in (("rollout", 4.0), ("update", 6.0)):
+        assert metrics[f"timing/{phase}_overlap"] == pytest.approx(busy / metrics[f"timing/{phase}"])
+    for phase in ("data", "rollout", "reward", "capability", "update"):
+        assert 0 <= metrics[f"timing/{phase}"] < 60
+    # the first two prompts' answers, every agent's, in samples/step-000004.jsonl
+    lines = [json.loads(x) for x in (trainer.run_dir / "samples" / "step-000004.jsonl").read_text().splitlines()]
+    assert [x["problem_id"] for x in lines] == ["p0", "p1"]
+    assert lines[1]["prompt"] == "1+1=" and lines[1]["answer"] == "2"
+    assert [(a["agent"], a["text"], a["reward"], a["finished"]) for a in lines[0]["answers"]] == \
+        [("a", "right", 1.0, True)] * g + [("b", "wrong", 0.0, False)] * g + [("c", "right", 1.0, True)] + \
+        [("c", "?", None, True)] * (g - 1)
+
+
+def test_a_step_with_the_fixed_window_passes_no_bounds(tmp_path, monkeypatch):
+    cfg = load_config("tiny-test", overrides=[THREE])
+    t = Trainer(cfg, tmp_path, sinks=False)
+    try:
+        assert t.window is None
+        t.backend.close()
+        b, g = cfg.trainer.batch_size, t.derived.group_size
+        t.backend = Scripted([[answer(p, i, "right") for p in range(b) for _ in range(g)] for i in range(3)],
+                             [{"busy_s": 0.0}] * 3, [{"busy_s": 0.0, "pg_loss": 0.5}] * 3)
+        monkeypatch.setattr(t, "score", scripted_score)
+        t._train_iter = iter(problems(b))
+        metrics = t.step()
+        (_, _, _), (_, u_args, _) = t.backend.calls
+        assert [args[-1] for args in u_args] == [None, None, None]  # 1 − δ, in the loss settings
+        assert not any("window_lower" in k for k in metrics) and metrics["agent/c/pg_loss"] == 0.5
+    finally:
+        t.close()
+
+
+def _rewards_and_sources(per_agent: list[list[Trajectory]]) -> tuple[torch.Tensor, torch.Tensor]:
+    scored = [(REWARD[t.text], t.source) for answers in per_agent for t in answers if REWARD[t.text] is not None]
+    return torch.tensor([r for r, _ in scored]), torch.tensor([s for _, s in scored])
+
+
+def set_trainer(trainer: Trainer, **settings: Any) -> None:
+    """Change ``trainer.*`` settings of a built trainer (the config is frozen)."""
+    cfg = trainer.cfg
+    trainer.cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update=settings)})
+
+
+def test_no_samples_file_without_log_samples(trainer):
+    set_trainer(trainer, log_samples=0)
+    trainer._write_samples(TrajectoryPool(problems(1), [answer(0, 0, reward=1.0)]))
+    assert not (trainer.run_dir / "samples").exists()
+
+
+# ---- the loop's cadence --------------------------------------------------------------------------------------
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, dict]] = []
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.lines.append((step, dict(metrics)))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_loop_evaluates_and_checkpoints_on_its_cadence(trainer, monkeypatch):
+    set_trainer(trainer, steps=5, eval_every=2, checkpoint_every=3)
+    events: list[tuple] = []
+
+    def step():
+        trainer.step_idx += 1
+        events.append(("step", trainer.step_idx))
+        return {"m": float(trainer.step_idx)}
+
+    def evaluate(*, budget=False):
+        events.append(("eval", trainer.step_idx, budget))
+        return {"eval/a/greedy_acc": trainer.step_idx / 10}
+
+    def save_checkpoint():
+        events.append(("checkpoint", trainer.step_idx))
+        return trainer.run_dir / f"ckpt-{trainer.step_idx}"
+
+    monkeypatch.setattr(trainer, "step", step)
+    monkeypatch.setattr(trainer, "evaluate", evaluate)
+    monkeypatch.setattr(trainer, "evaluate_start", lambda: events.append(("start",)) or {"eval/a/greedy_acc": 0.0})
+    monkeypatch.setattr(trainer, "save_checkpoint", save_checkpoint)
+    monkeypatch.setattr(trainer, "eval_record", lambda s: {"first": s})
+    trainer.sink = sink = Recorder()
+    progress: list[tuple[int, dict]] = []
+    out = trainer.train(lambda step, metrics: progress.append((step, dict(metrics))))
+    assert progress == sink.lines[1:]  # the progress callback sees each step's line as it is logged
+    assert events == [("start",), ("step", 1), ("step", 2), ("eval", 2, False), ("step", 3), ("checkpoint", 3),
+                      ("step", 4), ("eval", 4, False), ("step", 5), ("eval", 5, True), ("checkpoint", 5)]
+    assert [s for s, _ in sink.lines] == [0, 1, 2, 3, 4, 5]
+    assert sink.lines[0][1] == {"eval/a/greedy_acc": 0.0}
+    assert sink.lines[2][1]["eval/a/greedy_acc"] == 0.2 and "eval/a/greedy_acc" not in sink.lines[3][1]
+    # the step-3 checkpoint's write time is logged with the next step's line
+    assert "timing/checkpoint" not in sink.lines[3][1] and sink.lines[4][1]["timing/checkpoint"] >= 0
+    assert "timing/checkpoint" not in sink.lines[5][1]
+    assert all(math.isfinite(m["timing/eval"]) for s, m in sink.lines if s in (2, 4, 5))
+    assert out == {"first": {"first": 0}, "last": {"eval/a/greedy_acc": 0.5}, "checkpoint": trainer.run_dir /
+                   "ckpt-5", "stopped": False}
+    assert (trainer.run_dir / "config.yaml").exists()
+
+
+def test_a_resumed_loop_skips_the_start_evaluation_and_a_stop_request_ends_it_with_a_checkpoint(trainer,
+                                                                                                 monkeypatch):
+    set_trainer(trainer, steps=10, eval_every=2, checkpoint_every=0)
+    trainer.step_idx = 4
+    events: list[tuple] = []
+
+    def step():
+        trainer.step_idx += 1
+        events.append(("step", trainer.step_idx))
+        if trainer.step_idx == 6:
+            trainer._stop_requested = True  # as SIGTERM's handler does
+        return {}
+
+    monkeypatch.setattr(trainer, "step", step)
+    monkeypatch.setattr(trainer, "evaluate_start", lambda: events.append(("start",)) or {})
+    monkeypatch.setattr(trainer, "evaluate", lambda **kw: events.append(("eval",)) or {})
+    monkeypatch.setattr(trainer, "save_checkpoint", lambda: events.append(("checkpoint", trainer.step_idx)))
+    monkeypatch.setattr(trainer, "eval_record", lambda s: None)
+    trainer.sink = Recorder()
+    out = trainer.train()
+    assert events == [("step", 5), ("step", 6), ("eval",), ("checkpoint", 6)]
+    assert out["stopped"] is True and out["last"] is None  # "last" is the final evaluation's, not step 6's
+
+
+def test_the_asynchronous_mode_runs_its_own_loop(trainer, monkeypatch):
+    from hacrl.trainer import async_loop
+
+    calls = []
+    monkeypatch.setattr(async_loop, "train_async", lambda t, progress: calls.append((t, progress)) or {"async": 1})
+    trainer.cfg = trainer.cfg.model_copy(update={"trainer": trainer.cfg.trainer.model_copy(update={"mode": "async"})})
+    progress = print
+    assert trainer.train(progress) == {"async": 1}
+    assert calls == [(trainer, progress)]
+
+
+# ---- samples and signals -------------------------------------------------------------------------------------
+
+def test_one_logged_sample_a_step_in_a_file_of_its_own(trainer):
+    set_trainer(trainer, log_samples=1)
+    pool = TrajectoryPool(problems(2), [answer(0, 0, "right", reward=1.0), answer(1, 1, "wrong", reward=0.0)])
+    for step in (1, 2):  # the samples folder exists from the second step on
+        trainer.step_idx = step
+        trainer._write_samples(pool)
+    for step in (1, 2):
+        lines = (trainer.run_dir / "samples" / f"step-00000{step}.jsonl").read_text().splitlines()
+        assert [json.loads(x)["problem_id"] for x in lines] == ["p0"]
+
+
+def test_the_loop_takes_sigterm_while_it_runs_and_gives_it_back(trainer, monkeypatch):
+    set_trainer(trainer, steps=1, eval_every=0, checkpoint_every=0)
+    before = signal.getsignal(signal.SIGTERM)
+    seen = []
+
+    def step():
+        seen.append(signal.getsignal(signal.SIGTERM))
+        trainer.step_idx += 1
+        return {}
+
+    monkeypatch.setattr(trainer, "step", step)
+    monkeypatch.setattr(trainer, "evaluate_start", lambda: {})
+    monkeypatch.setattr(trainer, "evaluate", lambda **kw: {})
+    monkeypatch.setattr(trainer, "save_checkpoint", lambda: None)
+    trainer.train()
+    assert seen == [trainer._request_stop]  # SIGTERM: finish the step, checkpoint, stop
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_the_loop_runs_off_the_main_thread_without_signal_handlers(trainer, monkeypatch):
+    # a trainer driven from a worker thread (a notebook's, a service's) cannot install handlers: it runs anyway
+    set_trainer(trainer, steps=1, eval_every=0, checkpoint_every=0)
+    monkeypatch.setattr(trainer, "step", lambda: setattr(trainer, "step_idx", trainer.step_idx + 1) or {})
+    monkeypatch.setattr(trainer, "evaluate_start", lambda: {})
+    monkeypatch.setattr(trainer, "evaluate", lambda **kw: {})
+    monkeypatch.setattr(trainer, "save_checkpoint", lambda: None)
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(trainer.train()))
+    thread.start()
+    thread.join(60)
+    assert out and out[0]["stopped"] is False and trainer.step_idx == 1
