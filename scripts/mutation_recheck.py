@@ -105,9 +105,10 @@ def main() -> int:
         for name in names:
             start = time.monotonic()
             code = _run_forked(name, tests, cpu_s)
-            if code not in (0, 1, TIMEOUT):  # 0: every test passed; 1: one failed; others: the run itself failed
+            if code not in (0, 1, 3, TIMEOUT):  # 0: every test passed; 1: one failed; 3: pytest's internal error
                 print(f"{name}: pytest exited {code}; result left as it was", file=sys.stderr, flush=True)
                 continue
+            code = KILLED if code == 3 else code  # as mutmut counts it (a mutant that breaks pytest itself)
             kind = {KILLED: "killed", SURVIVED: "survived", TIMEOUT: "timeout"}[code]
             counts[kind] += 1
             print(f"{'passed' if code == SURVIVED else kind:8} {name} ({time.monotonic() - start:.1f} s)", flush=True)
