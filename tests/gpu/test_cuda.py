@@ -20,7 +20,7 @@ import os
 import pytest
 import torch
 
-from hacrl.agents.agent import Agent, load_agent, token_logprobs
+from hacrl.agents.agent import Agent, enable_checkpointing, load_agent, token_logprobs
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.data.tasks import get_task
 from hacrl.rollout import Sample, SamplingParams, get_engine
@@ -76,7 +76,7 @@ def test_gradient_checkpointing_gives_the_same_gradients() -> None:
     for checkpointing in (False, True):
         agent = _agent("llama-bpe")
         if checkpointing:
-            agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(agent.model)
         agent.model.train()
         prompts = _prompts(agent, 4)
         answer = agent.tokenizer("42", add_special_tokens=False)["input_ids"]

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from hacrl.agents.agent import load_agent
+from hacrl.agents.agent import enable_checkpointing, load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.learner import sharding
 from hacrl.learner.algorithms import ALGORITHMS
@@ -31,7 +31,7 @@ def make_agent(lora: bool):
     agent.model.double()
     if not lora:  # the full-weight case trains with gradient checkpointing (the plain forward pass), the LoRA
         # case without (the shared-prompt forward over a KV cache): both paths run sharded
-        agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(agent.model)
     if lora:  # B = 0 would make the first step's adapter gradient one-sided; give B values
         for name, p in agent.model.named_parameters():
             if "lora_B" in name:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hacrl.agents.agent import load_agent, token_logprobs
+from hacrl.agents.agent import enable_checkpointing, load_agent, token_logprobs
 from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_shared_prompt
 from hacrl.agents.tiny import tiny_agent_path
 
@@ -51,7 +51,7 @@ def test_grouped_logprobs_and_gradients_equal_the_plain_pass(name):
 
 def test_gradient_checkpointing_falls_back_to_the_plain_pass():
     agent = load_agent("a", 0, tiny_agent_path("qwen2-char"))
-    agent.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_checkpointing(agent.model)
     assert not supports_shared_prompt(agent.model)
 
 
