@@ -454,7 +454,7 @@ def test_the_asynchronous_mode_runs_its_own_loop(trainer, monkeypatch):
 
     calls = []
     monkeypatch.setattr(async_loop, "train_async", lambda t, progress: calls.append((t, progress)) or {"async": 1})
-    trainer.cfg = trainer.cfg.model_copy(update={"trainer": trainer.cfg.trainer.model_copy(update={"mode": "async"})})
+    set_trainer(trainer, mode="async")
     progress = print
     assert trainer.train(progress) == {"async": 1}
     assert calls == [(trainer, progress)]

@@ -80,7 +80,7 @@ def timed(timings: dict[str, float], name: str) -> Iterator[None]:
 def rescue_share(pool: TrajectoryPool, *, learner: int, source: int) -> float:
     """Share of the step's prompts on which ``learner`` wrote no correct answer (reward >= 1) and ``source``
     wrote at least one: the prompts where the source's answers can teach the learner something it lacks."""
-    solved = {(t.prompt_index, t.source) for t in pool.scored() if t.reward >= 1.0}
+    solved = {(t.prompt_index, t.source) for t in pool.trajectories if t.reward is not None and t.reward >= 1.0}
     groups = {t.prompt_index for t in pool.trajectories}
     hits = sum((g, learner) not in solved and (g, source) in solved for g in groups)
     return hits / max(len(groups), 1)
