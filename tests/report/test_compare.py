@@ -114,6 +114,13 @@ def test_bad_arguments_raise_one_line_config_errors(argv, needle, tmp_path):
 
 def test_seed_and_algo_parsing():
     assert parse_seeds(3) == [0, 1, 2] and parse_seeds("2") == [0, 1] and parse_seeds("4,1") == [4, 1]
+    # ranges are inclusive and mix with single seeds; one seed alone is a range of one or a trailing comma
+    assert parse_seeds("3-5") == [3, 4, 5] and parse_seeds("0, 4-5") == [0, 4, 5]
+    assert parse_seeds("3-3") == [3] and parse_seeds("3,") == [3] and parse_seeds(" 2 ") == [0, 1]
+    for bad, needle in [("5-3", "4-6"), ("a", "4-6"), ("1,,2", "4-6"), ("-2", "4-6"), ("0", "at least 1"),
+                        ("1,1-2", "listed twice")]:
+        with pytest.raises(ConfigError, match=needle):
+            parse_seeds(bad)
     assert parse_algos(" hacpo , gspo2x") == ["hacpo", "gspo2x"]
     assert parse_algos("hacpo@delta=0.6,gspo-x3") == ["hacpo@delta=0.6", "gspo-x3"]
 

@@ -100,15 +100,25 @@ def parse_baselines(baselines: str | Sequence[str], algos: Sequence[str]) -> lis
 
 
 def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
-    """A count N (seeds 0..N−1) or an explicit list ``"0,3,7"``; raises ConfigError with one line."""
+    """A count N (seeds 0..N−1), or a list of seeds and inclusive ranges: ``"0,3,7"``, ``"3-5"``, ``"0,4-6"``;
+    a single seed is a range of one (``"3-3"``) or a list with a trailing comma (``"3,"``). Raises
+    ConfigError with one line."""
     if isinstance(seeds, str):
-        parts = [s.strip() for s in seeds.split(",")]
+        text = seeds.strip()
+        is_list = "," in text or "-" in text
         try:
-            values = [int(s) for s in parts]
+            values: list[int] = []
+            for part in (s.strip() for s in text.split(",")):
+                if not part and is_list and text.endswith(","):
+                    continue  # "3," is the list [3]
+                first, dash, last = part.partition("-")
+                if dash and int(last) < int(first):
+                    raise ValueError(part)
+                values += list(range(int(first), int(last) + 1)) if dash else [int(part)]
         except ValueError:
-            raise ConfigError(f"--seeds {seeds!r}: give a number of seeds (e.g. 5) or a list (e.g. 0,3,7)"
-                              ) from None
-        seeds = values[0] if len(values) == 1 else values
+            raise ConfigError(f"--seeds {seeds!r}: give a number of seeds (e.g. 5) or a list of seeds and "
+                              "ranges (e.g. 0,3,7 or 4-6; one seed: 3-3)") from None
+        seeds = values if is_list else values[0]
     if isinstance(seeds, int):
         if seeds < 1:
             raise ConfigError(f"--seeds {seeds}: at least 1 seed is needed (2 or more for the paired tests)")

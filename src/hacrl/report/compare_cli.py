@@ -32,7 +32,8 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     c.add_argument("--baselines", help="comma-separated algorithms of --algos to pair every other one against "
                                        "(default: the GSPO baselines listed: gspo, gspo2x, gspo-x<N>)")
     c.add_argument("--seeds", default=DEFAULT_SEEDS,
-                   help="number of seeds N (run.seed = 0..N-1) or a list such as 0,3,7; default 3")
+                   help="number of seeds N (run.seed = 0..N-1), or a list of seeds and ranges such as 0,3,7 or "
+                        "4-6 (one seed: 3-3); default 3")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value for every run, e.g. trainer.steps=20 (repeatable)")
     c.add_argument("--output", help="comparison directory (default: runs/compare-<preset or config name>)")
