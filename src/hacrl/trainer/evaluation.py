@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hacrl.agents.agent import Agent
+from hacrl.config import Config, ConfigError
+from hacrl.errors import InputError
+from hacrl.rewards import RewardScorer
 from hacrl.rollout.base import RolloutEngine, SamplingParams
 from hacrl.types import Problem, Trajectory
 
@@ -117,6 +120,21 @@ def evaluate_agent_problems(
     sampled = answers(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)) \
         if k > 0 else None
     return score_answers(agent.id, problems, greedy, score, sampled=sampled, k=k, texts=texts)
+
+
+def load_benchmarks(cfg: Config) -> dict[str, tuple[list[Problem], RewardScorer]]:
+    """The benchmarks of ``trainer.eval_benchmarks``, each with its first ``trainer.eval_size`` problems and
+    a math scorer; a file that cannot be read is a one-line ConfigError naming its setting."""
+    from hacrl.data.benchmarks import benchmark_prompts
+
+    out = {}
+    for name, path in cfg.trainer.eval_benchmarks.items():
+        try:
+            problems = benchmark_prompts(name, path, n=cfg.trainer.eval_size)
+        except InputError as exc:
+            raise ConfigError(f"trainer.eval_benchmarks.{name}: {exc}") from None
+        out[name] = (problems, RewardScorer("math", timeout_s=cfg.task.reward_timeout_s))
+    return out
 
 
 def score_answers(

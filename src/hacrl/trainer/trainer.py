@@ -40,11 +40,11 @@ from hacrl.data.factory import build_task, task_scorer
 from hacrl.errors import InputError
 from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
 from hacrl.pool import TrajectoryPool
-from hacrl.rewards import RewardScorer, ScoreResult
+from hacrl.rewards import ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
 from hacrl.trainer import checkpoint as ckpt
-from hacrl.trainer.evaluation import score_answers
+from hacrl.trainer.evaluation import load_benchmarks, score_answers
 from hacrl.trainer.files import append_lines, write_atomic
 from hacrl.trainer.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
 from hacrl.trainer.start_eval import Evaluation, start_cache
@@ -123,7 +123,7 @@ class Trainer:
             self._restore(resume_from)
         self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
-        self.benchmarks = self._load_benchmarks()
+        self.benchmarks = load_benchmarks(cfg)
         check_finetune_overlap(cfg.agents, self.eval_problems, *(ps for ps, _ in self.benchmarks.values()))
         self.scorer = task_scorer(self.task, cfg.task)
         try:
@@ -355,18 +355,6 @@ class Trainer:
         write_atomic(path, "".join(lines))
 
     # ---- evaluation and checkpoints ---------------------------------------------------------------
-    def _load_benchmarks(self) -> dict[str, tuple[list[Problem], RewardScorer]]:
-        from hacrl.data.benchmarks import benchmark_prompts
-
-        out = {}
-        for name, path in self.cfg.trainer.eval_benchmarks.items():
-            try:
-                problems = benchmark_prompts(name, path, n=self.cfg.trainer.eval_size)
-            except InputError as exc:
-                raise ConfigError(f"trainer.eval_benchmarks.{name}: {exc}") from None
-            out[name] = (problems, RewardScorer("math", timeout_s=self.cfg.task.reward_timeout_s))
-        return out
-
     def evaluate(self, *, budget: bool = False) -> dict[str, float]:
         """:meth:`evaluation`, recorded (:meth:`_record`); its metrics."""
         return self._record(self.evaluation(budget=budget))
