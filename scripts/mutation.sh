@@ -2,7 +2,8 @@
 # Mutation testing of the learning signal (issue #28.4; docs/mutation.md): mutmut mutates hacrl.core,
 # hacrl.learner and the trainer ([tool.mutmut] in pyproject.toml) and runs, for each mutant, the tests of tests/core,
 # tests/learner and tests/pool that cover the mutated function; a mutant that no test kills "survived". The
-# trainer's phase functions then run against tests/trainer (below).
+# trainer's phase functions then run against tests/trainer, the sharding code against its forked-rank tests
+# (below).
 # Usage: bash scripts/mutation.sh [MUTANT-PATTERN ...]   e.g. 'hacrl.core.advantages*' (default: all)
 # Results stay in mutants/ (git-ignored) and continue where a stopped run left off; `mutmut results` lists the
 # survivors, `mutmut show NAME` one diff. Not part of `make test`: the whole set (~4,100 mutants) takes hours on
@@ -23,6 +24,10 @@ if [ "$RUN_PHASES" -eq 1 ]; then
   PATTERNS=('hacrl.trainer.trainer.x_rescue_share__*' 'hacrl.trainer.trainer.x_sub_phase_timings__*')
   for f in "${PHASES[@]}"; do PATTERNS+=("hacrl.trainer.trainer.xǁTrainerǁ${f}__*"); done
   "$VENV/bin/python" scripts/mutation_recheck.py --record-survivors "${PATTERNS[@]}" -- tests/trainer
+  # the sharding code runs in forked gloo ranks, which mutmut's trace of the test process does not see: its
+  # mutants run against tests/learner/test_sharding.py whole (every rank inherits the mutant)
+  "$VENV/bin/python" scripts/mutation_recheck.py --record-survivors 'hacrl.learner.sharding.*' \
+    -- tests/learner/test_sharding.py
 fi
 # per module: killed, survived, no tests, not checked, and the score killed / (killed + survived + timeout)
 "$VENV/bin/mutmut" results --all true | "$VENV/bin/python" scripts/mutation_summary.py

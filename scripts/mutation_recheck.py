@@ -23,8 +23,10 @@ import fnmatch
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,8 +40,12 @@ def _run_forked(name: str, tests: list[str], cpu_s: int) -> int:
     for a mutant that runs past ``cpu_s`` CPU seconds or past MEMORY_BYTES (a loop that never ends)."""
     import pytest
 
+    scratch = tempfile.mkdtemp(prefix="mutant-")
     pid = os.fork()
     if pid == 0:  # the child: quiet, bounded, the mutant on (mutmut's trampolines read the variable at each call)
+        # in a directory of its own: what a mutant writes to a relative path (a checkpoint at "None/") is not
+        # left for the next mutant to read
+        os.chdir(scratch)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
         os.environ["MUTANT_UNDER_TEST"] = name
@@ -54,6 +60,7 @@ def _run_forked(name: str, tests: list[str], cpu_s: int) -> int:
             code = 3
         os._exit(code)
     _, status = os.waitpid(pid, 0)
+    shutil.rmtree(scratch, ignore_errors=True)
     code = os.waitstatus_to_exitcode(status)
     return TIMEOUT if code in (-signal.SIGXCPU, -signal.SIGKILL) else code
 
@@ -81,7 +88,7 @@ def main() -> int:
     if "--" not in argv:
         p.error("give the test files after --")
     cut = argv.index("--")
-    args, tests = p.parse_args(argv[:cut]), argv[cut + 1:]
+    args, tests = p.parse_args(argv[:cut]), [str(Path(t).resolve()) for t in argv[cut + 1:]]
     metas = sorted(Path("mutants/src").rglob("*.py.meta"))
     if not metas or not tests:
         p.error("no mutants/ here (run scripts/mutation.sh first) or no test files given")

@@ -169,6 +169,45 @@ def test_sharding_splits_every_unit_sums_gradients_and_clips_the_whole_norm(tmp_
     assert sum(o["local"] for o in outs) == outs[0]["whole"]
 
 
+def _policies(rank, group, tmp_path):
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
+
+    sub = dist.new_group([0, 1])  # an agent's own group, not the default one its mesh would fall back to
+    agent = make_agent()
+    sharding.shard_agent(agent, sub, offload=True, lr=1e-3, weight_decay=0.0, compute_dtype=torch.bfloat16)
+    out = {}
+    for name, model in (("model", agent.model), ("ref", agent.ref_model)):
+        # FSDP2 keeps each unit's policies on its parameter group (private, read here only to see them set)
+        groups = [m._get_fsdp_state()._fsdp_param_group for m in model.modules() if isinstance(m, FSDPModule)]
+        out[name] = {
+            "offload": {(isinstance(g.offload_policy, CPUOffloadPolicy), getattr(g.offload_policy, "pin_memory", None))
+                        for g in groups},
+            "mp": {(g.mp_policy.param_dtype, g.mp_policy.reduce_dtype) for g in groups},
+            "groups": {p.device_mesh.get_group().group_name for p in model.parameters()},
+            "compute_device": getattr(model, "compute_device", None),
+        }
+    out["sub"] = sub.group_name
+    logits = agent.model(input_ids=rank_ids(rank)).logits
+    out["logits"] = logits.dtype
+    # the float32 reduce-scatter on gloo: a plain SUM (gloo has no PREMUL_SUM, FSDP2's choice for float32)
+    logits.float().pow(2).mean().backward()
+    out["grads"] = all(p.grad is not None and bool(torch.isfinite(full_tensor(p.grad)).all())
+                       for p in agent.model.parameters())
+    return out
+
+
+def test_offload_mixed_precision_and_the_agents_group_reach_every_unit_of_model_and_reference(tmp_path):
+    for out in run_ranks(_policies, tmp_path):
+        for name in ("model", "ref"):
+            got = out[name]
+            assert got["offload"] == {(True, False)}, f"{name}: CPU offload, no pinned memory without CUDA"
+            assert got["mp"] == {(torch.bfloat16, torch.float32)}, name
+            assert got["groups"] == {out["sub"]}, f"{name}: sharded over the agent's group"
+            assert got["compute_device"] == torch.device("cpu"), name
+        assert out["logits"] == torch.bfloat16  # the layers computed in bf16
+        assert out["grads"]
+
+
 # ---- gathering for generation ----------------------------------------------------------------------
 
 def _gather(rank, group, tmp_path):
@@ -177,6 +216,7 @@ def _gather(rank, group, tmp_path):
     model = agent.model
     layer = decoder_layers(model)[0]
     out = {"before": is_gathered(model)}
+    sharding.reshard_full(model)  # never gathered: nothing to do
     sharding.gather_full(model)
     sharding.gather_full(model)  # a second call changes nothing
     out["gathered"] = (is_gathered(model), any(is_dtensor(p) for p in model.parameters()))
@@ -221,8 +261,13 @@ def _replicas(rank, group, tmp_path):
     if rank == 1:  # a parameter only rank 1 has a gradient for: rank 0 adds zeros
         params[missing].grad = torch.full_like(params[missing], 5.0)
     sharding.sum_replica_gradients(agent.model, group)
-    return {"frozen": params[frozen].grad, "missing": params[missing].grad.clone(),
-            "rest": [params[n].grad.unique().tolist() for n in names[2:]]}
+    out = {"frozen": params[frozen].grad, "missing": params[missing].grad.clone(),
+           "rest": [params[n].grad.unique().tolist() for n in names[2:]]}
+    # over the group given, not the default one: a group of this rank alone leaves its gradients as they are
+    alone = [dist.new_group([r]) for r in range(WORLD)][rank]
+    sharding.sum_replica_gradients(agent.model, alone)
+    out["alone"] = params[missing].grad.unique().tolist()
+    return out
 
 
 def test_replica_gradients_are_summed_in_place_and_a_missing_one_counts_as_zeros(tmp_path):
@@ -230,6 +275,7 @@ def test_replica_gradients_are_summed_in_place_and_a_missing_one_counts_as_zeros
         assert out["frozen"] is None  # not trained: left without a gradient
         assert out["missing"].unique().tolist() == [5.0]
         assert out["rest"] == [[3.0 * (i + 1)] for i in range(len(out["rest"]))]  # (1 + 2) × (i + 1)
+        assert out["alone"] == [5.0]
 
 
 # ---- checkpoints and export ------------------------------------------------------------------------
@@ -250,7 +296,7 @@ def _checkpoint(rank, group, tmp_path):
             p.to_local().add_(0.25)
     out = {"has_before": sharding.has_sharded(path)}
     sharding.save_sharded(agent, path, group)
-    sharding.export_pretrained(agent, path, rank)
+    sharding.export_pretrained(agent, tmp_path / "exports" / "step-1", rank)  # its parents made too
     out["has_after"] = sharding.has_sharded(path)
     saved = {"model": full(agent.model), "ref": full(agent.ref_model),
              "moments": [full_tensor(s["exp_avg"]) for s in agent.optimizer.state.values()]}
@@ -265,6 +311,13 @@ def _checkpoint(rank, group, tmp_path):
     out["moments"] = (len(saved["moments"]), len(loaded["moments"]),
                       max(float((a - b).abs().max()) for a, b in zip(saved["moments"], loaded["moments"], strict=True)))
     out["weights"] = saved["model"]
+    # an agent without a reference (none, or a LoRA base) saves and loads model and optimizer only
+    bare, bare_fresh = make_agent(reference=False), make_agent(reference=False)
+    for a in (bare, bare_fresh):
+        sharding.shard_agent(a, group, offload=False, lr=1e-3, weight_decay=0.0)
+    sharding.save_sharded(bare, tmp_path / "bare", group)
+    sharding.load_sharded(bare_fresh, tmp_path / "bare", group)
+    out["bare"] = sharding.has_sharded(tmp_path / "bare")
     dist.barrier(group)  # rank 0's export is written before any rank returns
     return out
 
@@ -277,30 +330,86 @@ def test_a_sharded_checkpoint_puts_back_model_optimizer_and_reference_and_export
         assert (out["has_before"], out["has_after"]) == (False, True)
         assert out["model_err"] == 0.0 and out["ref_err"] == 0.0
         assert out["ref_moved"] >= 0.25  # the reference saved was not the model's weights
+        assert out["bare"]
         n_saved, n_loaded, err = out["moments"]
         assert n_saved == n_loaded > 0 and err == 0.0
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", dtype=torch.float64)
+    export = tmp_path / "exports" / "step-1"
+    assert (export / "model.safetensors").is_file() and (export / "tokenizer_config.json").is_file()
+    exported = AutoModelForCausalLM.from_pretrained(export)  # the dtype the export records: the agent's float64
     weights = outs[0]["weights"]
     state = exported.state_dict()
     assert set(weights) <= set(state)
     for k, v in weights.items():
+        assert state[k].dtype == torch.float64, k
         torch.testing.assert_close(state[k], v, rtol=0, atol=0, msg=k)
-    assert (tmp_path / "ckpt" / "tokenizer_config.json").is_file()
 
 
 def _export_mismatch(rank, group, tmp_path):
     agent = make_agent(reference=False)
     sharding.shard_agent(agent, group, offload=False, lr=1e-3, weight_decay=0.0)
-    agent.model.config.num_hidden_layers -= 1  # the twin built from the config lacks the last layer
-    try:
-        sharding.export_pretrained(agent, tmp_path / "export", rank)
-    except RuntimeError as exc:
-        return {"error": str(exc)}
-    return {"error": None}
+    errors = []
+    config = agent.model.config
+    n, types = config.num_hidden_layers, list(getattr(config, "layer_types", None) or [])
+    for layers in (n - 1, n + 2):  # the twin built from the config lacks the last layer / has two more
+        config.num_hidden_layers = layers
+        if types:
+            config.layer_types = (types + types[-1:] * 2)[:layers]
+        try:
+            sharding.export_pretrained(agent, tmp_path / "export", rank)
+            errors.append(None)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+    return {"errors": errors}
 
 
 def test_an_export_that_does_not_match_the_model_is_refused_on_rank_0(tmp_path):
     outs = run_ranks(_export_mismatch, tmp_path)
-    assert outs[0]["error"] is not None and outs[0]["error"].startswith("agent a: export does not match")
-    assert outs[1]["error"] is None  # only rank 0 builds and writes the export
+    unexpected, missing = outs[0]["errors"]
+    # keys of the model the twin lacks (unexpected), and keys of the twin the model lacks (missing, not a tied
+    # head): each names the first three
+    assert unexpected.startswith("agent a: export does not match the model ([], ['model.layers.")
+    assert missing.startswith("agent a: export does not match the model (['model.layers.") and missing.endswith(", [])")
+    assert unexpected.count("'model.layers.") == missing.count("'model.layers.") == 3
+    assert outs[1]["errors"] == [None, None]  # only rank 0 builds and writes the export
     assert not (tmp_path / "export").exists()
+
+
+def test_only_a_tied_head_may_be_missing_from_an_export():
+    from types import SimpleNamespace
+
+    tied, untied = (SimpleNamespace(config=SimpleNamespace(tie_word_embeddings=t)) for t in (True, False))
+    unknown = SimpleNamespace(config=SimpleNamespace())  # a config that does not say: not tied
+    assert sharding._tied(tied, "lm_head.weight") and sharding._tied(tied, "base_model.model.lm_head.weight")
+    assert not sharding._tied(untied, "lm_head.weight") and not sharding._tied(unknown, "lm_head.weight")
+    assert not sharding._tied(tied, "model.embed_tokens.weight")
+
+
+def _lora_export(rank, group, tmp_path):
+    torch.manual_seed(0)
+    spec = {"r": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": "all-linear"}
+    agent = load_agent("a", 0, tiny_agent_path("qwen2-char"), lora=spec)
+    for name, p in agent.model.named_parameters():  # B = 0 would make the adapter a no-op
+        if "lora_B" in name:
+            p.data.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
+    agent.enable_reference()
+    agent.configure_optimizer(lr=1e-3)
+    ids = rank_ids(0)
+    with torch.no_grad():
+        want = agent.model(input_ids=ids).logits
+    sharding.shard_agent(agent, group, offload=False, lr=1e-3, weight_decay=0.0)
+    sharding.export_pretrained(agent, tmp_path / "lora", rank)
+    dist.barrier(group)
+    return {"logits": want, "ids": ids}
+
+
+def test_a_lora_agent_exports_its_adapter_and_a_merged_model(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = run_ranks(_lora_export, tmp_path)[0]
+    export = tmp_path / "lora"
+    assert (export / "adapter_config.json").is_file() and (export / "tokenizer_config.json").is_file()
+    assert (export / "merged" / "tokenizer_config.json").is_file()
+    merged = AutoModelForCausalLM.from_pretrained(export / "merged")
+    with torch.no_grad():
+        got = merged(input_ids=out["ids"]).logits
+    torch.testing.assert_close(got, out["logits"], rtol=1e-5, atol=1e-5)  # the adapter merged in

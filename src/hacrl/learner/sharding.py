@@ -43,7 +43,9 @@ Departures from a textbook FSDP loop, each forced by how hacrl trains:
 The unsharded replicas (``fsdp: false``) keep plain modules and sum their gradients in place with one
 ``all_reduce`` per parameter (:func:`sum_replica_gradients`): no second, flat copy of the gradients.
 
-Run: ``python -m pytest tests/integration/test_sharded.py``.
+Tests: ``tests/learner/test_sharding.py`` (each helper on 2 forked gloo ranks, seconds) and
+``tests/integration/test_sharded.py`` (the whole sharded update, checkpoint and export against the unsharded
+ones, LoRA and CPU offload; spawned processes).
 """
 
 from __future__ import annotations
