@@ -121,6 +121,10 @@ def _layout(rank, group, tmp_path):
         "n_params": sum(1 for p in model.parameters() if p.requires_grad),
         "divide": [m._get_fsdp_state()._fsdp_param_group.gradient_divide_factor
                    for m in model.modules() if isinstance(m, FSDPModule)],
+        # without offload: FSDP2's plain policy on every unit, and no compute device set
+        "offload": {type(m._get_fsdp_state()._fsdp_param_group.offload_policy).__name__
+                    for net in (model, ref) for m in net.modules() if isinstance(m, FSDPModule)},
+        "compute_device": getattr(model, "compute_device", None),
     }
     # after a forward pass: the layers resharded, the root (embeddings, norm, head) still gathered for the
     # backward pass; the reference resharded everywhere (it never runs a backward pass)
@@ -157,6 +161,7 @@ def test_sharding_splits_every_unit_sums_gradients_and_clips_the_whole_norm(tmp_
         (lr, wd, sharded, n), = out["optim"]
         assert (lr, wd, sharded, n) == (2e-3, 0.03, True, out["n_params"]), "AdamW rebuilt over the shards"
         assert set(out["divide"]) == {1.0}
+        assert (out["offload"], out["compute_device"]) == ({"OffloadPolicy"}, None)
         assert out["after_forward"] == {"layer": True, "root": False}
         assert out["ref_after_forward"] == {"layer": True, "root": True}
         assert out["grad_keys"][0] == out["grad_keys"][1]
