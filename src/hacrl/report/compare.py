@@ -109,7 +109,7 @@ def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
         try:
             values: list[int] = []
             for part in (s.strip() for s in text.split(",")):
-                if not part and is_list and text.endswith(","):
+                if not part and text.endswith(","):
                     continue  # "3," is the list [3]
                 first, dash, last = part.partition("-")
                 if dash and int(last) < int(first):
