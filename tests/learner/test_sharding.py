@@ -389,6 +389,38 @@ def test_only_a_tied_head_may_be_missing_from_an_export():
     assert not sharding._tied(tied, "model.embed_tokens.weight")
 
 
+def _export_head_once(rank, group, tmp_path):
+    import torch.distributed.checkpoint.state_dict as dcp_state
+
+    gather = dcp_state.get_model_state_dict
+
+    def head_once(model, **kwargs):  # a gather that names a tied parameter once, under the embeddings' key
+        state = gather(model, **kwargs)
+        state.pop("lm_head.weight", None)  # (rank 0 alone receives the full state)
+        return state
+
+    agent = make_agent(reference=False)
+    with torch.no_grad():
+        want = agent.model(input_ids=rank_ids(0)).logits
+    sharding.shard_agent(agent, group, offload=False, lr=1e-3, weight_decay=0.0)
+    dcp_state.get_model_state_dict = head_once  # this forked rank's module alone
+    sharding.export_pretrained(agent, tmp_path / "export", rank)
+    dist.barrier(group)
+    return {"logits": want}
+
+
+def test_an_export_ties_a_head_the_gathered_state_leaves_out(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = run_ranks(_export_head_once, tmp_path)[0]
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export")
+    assert exported.config.tie_word_embeddings
+    assert exported.lm_head.weight.data_ptr() == exported.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        got = exported(input_ids=rank_ids(0)).logits
+    torch.testing.assert_close(got, out["logits"], rtol=1e-12, atol=1e-12)  # float64: the same model
+
+
 def _lora_export(rank, group, tmp_path):
     torch.manual_seed(0)
     spec = {"r": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": "all-linear"}

@@ -251,12 +251,12 @@ class Agent:
 
             save_lora(self.model, path, self.tokenizer)
         else:
-            self.model.save_pretrained(path, safe_serialization=True)
+            self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         if with_optimizer and self.optimizer is not None:
             torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
         if self.ref_model is not None and not self.is_lora:
-            self.ref_model.save_pretrained(path / "reference", safe_serialization=True)
+            self.ref_model.save_pretrained(path / "reference")
 
     def load_optimizer(self, path: Path) -> None:
         opt_file = path / "optimizer.pt"

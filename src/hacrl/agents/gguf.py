@@ -188,7 +188,7 @@ def _save_atomically(model: Any, tokenizer: Any, out_dir: Path, info: dict[str, 
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}-", dir=out_dir.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary directory
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / _MARKER).write_text(json.dumps(info, indent=2))
         try:

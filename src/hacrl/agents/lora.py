@@ -95,10 +95,10 @@ def _quiet_peft() -> Iterator[None]:
 def save_lora(model: Any, path: Path, tokenizer: Any = None, *, merged: bool = True) -> None:
     """The adapter into ``path`` and, with ``merged``, a standalone merged checkpoint into ``path/merged``."""
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
+    model.save_pretrained(path)
     if merged:
         full = copy.deepcopy(model).merge_and_unload()
-        full.save_pretrained(path / MERGED, safe_serialization=True)
+        full.save_pretrained(path / MERGED)
         if tokenizer is not None:
             tokenizer.save_pretrained(path / MERGED)
         del full

@@ -251,7 +251,7 @@ def export_pretrained(agent: Any, path: Path, rank: int) -> None:
     if is_lora(plain):
         save_lora(plain, path, agent.tokenizer)
     else:
-        plain.save_pretrained(path, safe_serialization=True)
+        plain.save_pretrained(path)
     agent.tokenizer.save_pretrained(path)
 
 
@@ -260,15 +260,16 @@ def _tied(model: nn.Module, key: str) -> bool:
 
 
 def _plain_twin(agent: Any) -> nn.Module:
-    """An unsharded, weightless (meta) copy of the agent's architecture (with the same LoRA adapters)."""
+    """An unsharded, weightless (meta) copy of the agent's architecture (with the same LoRA adapters). Its
+    dtype is the one of the weights :func:`export_pretrained` assigns into it; a LoRA model answers
+    ``config`` with its base model's."""
     from transformers import AutoModelForCausalLM
 
     from hacrl.agents.lora import is_lora
 
     model = agent.model
-    base = model.get_base_model() if is_lora(model) else model
     with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(base.config, dtype=base.dtype)
+        plain = AutoModelForCausalLM.from_config(model.config)
         if is_lora(model):
             import peft
 
