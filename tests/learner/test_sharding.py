@@ -404,16 +404,18 @@ def _export_head_once(rank, group, tmp_path):
         want = agent.model(input_ids=rank_ids(0)).logits
     sharding.shard_agent(agent, group, offload=False, lr=1e-3, weight_decay=0.0)
     dcp_state.get_model_state_dict = head_once  # this forked rank's module alone
-    sharding.export_pretrained(agent, tmp_path / "export", rank)
+    sharding.save_sharded(agent, tmp_path / "ckpt", group)  # the worker's order: the shards, then the export
+    sharding.export_pretrained(agent, tmp_path / "ckpt", rank)  # into the directory that holds them
     dist.barrier(group)
     return {"logits": want}
 
 
-def test_an_export_ties_a_head_the_gathered_state_leaves_out(tmp_path):
+def test_an_export_beside_the_shards_ties_a_head_the_gathered_state_leaves_out(tmp_path):
     from transformers import AutoModelForCausalLM
 
     out = run_ranks(_export_head_once, tmp_path)[0]
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export")
+    assert sharding.has_sharded(tmp_path / "ckpt")
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt")
     assert exported.config.tie_word_embeddings
     assert exported.lm_head.weight.data_ptr() == exported.model.embed_tokens.weight.data_ptr()
     with torch.no_grad():
