@@ -72,3 +72,34 @@ def test_a_run_made_before_the_fixed_held_out_set_never_continues():
     # a run that recorded its test_seed compares as any setting does
     assert resume_conflict({"task": {"kind": "reasoning-gym", "test_seed": 7}},
                            {"task": {"kind": "reasoning-gym", "test_seed": 7}}) is None
+
+
+def test_resume_refuses_a_checkpoint_of_other_agents_or_of_another_algorithm(tmp_path):
+    """The checkpoint's manifest guards a resume on its own: into a new run directory there is no config.yaml
+    to compare with, and the agents (by id and model, in order) and the algorithm must still be the saved ones."""
+    run = tmp_path / "run"
+    run.mkdir()
+    Trainer(load_config("tiny-test", overrides=BASE), run).train()
+    ckpt = run / "checkpoints" / "step-000001"
+    saved = "[{'id': 'qwen-char', 'model': 'builtin:qwen2-char'}, {'id': 'llama-bpe', 'model': 'builtin:llama-bpe'}]"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    swapped = load_config("tiny-test", overrides=[*BASE, "agents.llama-bpe.model=builtin:qwen2-char"])
+    with pytest.raises(ConfigError) as exc:
+        Trainer(swapped, elsewhere, resume_from=ckpt)
+    assert str(exc.value) == (
+        f"--resume: the checkpoint was made with agents {saved}, the config has [{{'id': 'qwen-char', 'model': "
+        "'builtin:qwen2-char'}, {'id': 'llama-bpe', 'model': 'builtin:qwen2-char'}]; resume with the original config")
+
+    for algo in ("gspo", "naive"):
+        other = load_config("tiny-test", overrides=[*BASE, f"algorithm.name={algo}"])
+        with pytest.raises(ConfigError) as exc:
+            Trainer(other, elsewhere, resume_from=ckpt)
+        assert str(exc.value) == f"--resume: the checkpoint used algorithm 'hacpo', the config has '{algo}'"
+    assert not any(elsewhere.iterdir())  # refused before anything was written
+
+    # the saved agents and algorithm resume there (the manifest is all it has to go by)
+    trainer = Trainer(load_config("tiny-test", overrides=[*BASE, "trainer.steps=2"]), elsewhere, resume_from=ckpt)
+    assert trainer.step_idx == 1
+    trainer.close()
