@@ -136,6 +136,9 @@ def test_a_run_stopped_with_answers_in_flight_resumes_without_losing_them(tmp_pa
     added_before = state["pool"]["next_uid"]
     train(run, "trainer.steps=3", *args, resume_from=path)  # an update of a kept answer fails if it was lost
     lines, _ = check_bound_and_accounting(run, bound=2)
+    for k, a in enumerate(IDS):  # each agent goes on from its version in the checkpoint, none done twice
+        mine = [v for b, v, _ in lines if b == a]
+        assert mine == list(range(1, len(mine) + 1)) and mine[-1] > state["versions"][k]
     last = lines[-1][2]
     assert last["pool/added"] > added_before
     # the answers pending at the cut were taken after it: each learner used more than it had before the resume

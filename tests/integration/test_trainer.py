@@ -111,6 +111,32 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path):
     assert a[-1] == b[-1]  # the final step, evaluation included, is identical
 
 
+def test_a_resume_from_an_earlier_checkpoint_drops_every_line_written_after_it(tmp_path):
+    """A run killed at step 3 (its checkpoint at step 2, a metrics line cut short by the kill) resumed from
+    step 2: each log holds the lines up to step 2 once, then the resumed steps, as an uninterrupted run's."""
+    sets = ("trainer.steps=4", "trainer.eval_size=20", "trainer.eval_every=2", "trainer.checkpoint_every=2",
+            "trainer.keep_last=3")
+    straight = make_trainer(tmp_path, *sets, name="straight")
+    straight.train()
+    killed = make_trainer(tmp_path, *sets[1:], "trainer.steps=3", name="killed")
+    killed.train()
+    logs = ("metrics.jsonl", "eval.jsonl", "eval_problems.jsonl")
+    went_on = {name: [json.loads(x)["step"] for x in (killed.run_dir / name).read_text().splitlines()]
+               for name in logs}
+    assert {name: max(steps) for name, steps in went_on.items()} == {"metrics.jsonl": 3, "eval.jsonl": 3,
+                                                                      "eval_problems.jsonl": 3}
+    with (killed.run_dir / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4, "agent/qwen-char/rew')  # the kill came mid-line
+    resumed = make_trainer(tmp_path, *sets, name="killed", resume_from=killed.run_dir / "checkpoints" / "step-000002")
+    for name in logs:  # cut back to the checkpoint before the first resumed step
+        assert {json.loads(x)["step"] for x in (resumed.run_dir / name).read_text().splitlines()} <= {0, 1, 2}
+    resumed.train()
+    strip = lambda text: [{k: v for k, v in json.loads(x).items() if not k.startswith("timing/")}  # noqa: E731
+                          for x in text.splitlines()]
+    for name in logs:
+        assert strip((resumed.run_dir / name).read_text()) == strip((straight.run_dir / name).read_text()), name
+
+
 def test_one_agent_hacpo_equals_gspo(tmp_path):
     one = ["agents=[{id: solo, model: 'builtin:qwen2-char', lr: 3.0e-4}]"]
     results = {}
