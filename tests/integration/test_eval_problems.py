@@ -77,8 +77,12 @@ def evaluate_once(tmp_path, *overrides):
     run = tmp_path / "run"
     run.mkdir()
     trainer = Trainer(cfg, run)
+    trainer.generate_calls = []  # the generation requests the evaluation sent, as (method, params) per agent
+    call = trainer.backend.call
+    trainer.backend.call = lambda method, *args, **kw: (
+        trainer.generate_calls.append((method, [params for _, params in args[0]])) or call(method, *args, **kw))
     try:
-        trainer.evaluate()
+        metrics = trainer.evaluate()
         # the engine's greedy answers to the same prompts, in one batch as the worker sends them
         agent = trainer.agents[0]
         direct = get_engine("hf").generate(agent, [agent.render_prompt(p.prompt) for p in trainer.eval_problems],
@@ -86,12 +90,17 @@ def evaluate_once(tmp_path, *overrides):
         rescored = trainer.score(agent.decode_answers([list(s.token_ids) for s in direct]), trainer.eval_problems)
     finally:
         trainer.close()
-    return trainer, direct, rescored.rewards
+    return trainer, direct, rescored.rewards, metrics
 
 
 def test_trainer_writes_a_record_per_agent_and_suite_that_matches_eval_jsonl(tmp_path):
-    trainer, direct, rewards = evaluate_once(tmp_path, "trainer.eval_k=3", "trainer.eval_texts=5", RAISES_ON_ONES,
-                                             f"trainer.eval_benchmarks.gsm8k={GSM8K}")
+    trainer, direct, rewards, metrics = evaluate_once(tmp_path, "trainer.eval_k=3", "trainer.eval_texts=5", RAISES_ON_ONES,
+                                                      f"trainer.eval_benchmarks.gsm8k={GSM8K}",
+                                                      "rollout.temperature=0.8", "rollout.top_p=0.95")
+    # greedy: the task's split, then the benchmark; sampled (the task's split only) at the training settings
+    greedy, sampled = (SamplingParams(n=1, max_new_tokens=4, greedy=True),
+                       SamplingParams(n=3, temperature=0.8, top_p=0.95, max_new_tokens=4))
+    assert trainer.generate_calls == [("generate_answers", [p, p]) for p in (greedy, greedy, sampled)]
     totals, records = read_jsonl(trainer.run_dir / "eval.jsonl"), read_problem_evals(trainer.run_dir)
     assert [(r["step"], r["agent"], r.get("task"), r.get("benchmark")) for r in records] == [
         (0, "qwen-char", "add2", None), (0, "qwen-char", None, "gsm8k"),
@@ -112,6 +121,12 @@ def test_trainer_writes_a_record_per_agent_and_suite_that_matches_eval_jsonl(tmp
         else:  # sampled answers: the task's split only
             assert "sampled" not in rec and len(rec["unscorable"]) == total["unscorable"]
         assert all(rec["reward"][i] == 0.0 for i in rec["unscorable"])
+    # the logged metrics, under the names every reader (report, compare, plots) looks up
+    by = {(r["agent"], r.get("benchmark")): r for r in totals}
+    assert metrics == {
+        **{f"eval/{a}/{m}": by[a, None][v] for a in ("qwen-char", "llama-bpe")
+           for m, v in (("greedy_acc", "greedy_acc"), ("sampled_avg@3", "sampled_avg"), ("sampled_pass@3", "sampled_pass"))},
+        **{f"eval/{a}/gsm8k/greedy_acc": by[a, "gsm8k"]["greedy_acc"] for a in ("qwen-char", "llama-bpe")}}
     # the first agent's record is the engine's greedy answers, scored: EOS flag, token count, reward, text
     first = records[0]
     assert first["finished"] == [s.finished for s in direct]
@@ -125,15 +140,23 @@ def test_trainer_writes_a_record_per_agent_and_suite_that_matches_eval_jsonl(tmp
     assert first["reward"][:5] == [0.0, 0.0, 0.0, 0.0, 1.0]  # 33+31=64 is not 74; 06+61=67
 
 
-def test_an_answer_cut_by_the_budget_is_unfinished(tmp_path):
+@pytest.mark.parametrize("k", [0, 1])
+def test_an_answer_cut_by_the_budget_is_unfinished(tmp_path, k):
     # three tokens: a two-digit answer ends with EOS, a three-digit one is cut before its EOS (yet may be right)
-    trainer, _, _ = evaluate_once(tmp_path, "rollout.max_new_tokens=3", "trainer.eval_texts=5")
+    trainer, _, _, metrics = evaluate_once(tmp_path, "rollout.max_new_tokens=3", "trainer.eval_texts=5",
+                                           f"trainer.eval_k={k}", "trainer.eval_budget=5")
+    # one greedy answer per problem and agent, k sampled ones with trainer.eval_k (none at 0, not even a
+    # request); trainer.eval_budget's longer answers only when asked for (at the start and the end)
+    greedy, sampled = SamplingParams(n=1, max_new_tokens=3, greedy=True), SamplingParams(n=1, max_new_tokens=3)
+    assert trainer.generate_calls == [("generate_answers", [p, p]) for p in [greedy, sampled][:k + 1]]
+    assert sorted(metrics) == sorted(f"eval/{a}/{m}" for a in ("qwen-char", "llama-bpe")
+                                     for m in ["greedy_acc", "sampled_avg@1", "sampled_pass@1"][:2 * k + 1])
     first = read_problem_evals(trainer.run_dir)[0]
     assert first["texts"] == ["100", "74", "123", "122", "67"]
     assert first["finished"][:5] == [False, True, False, False, True]
     assert first["tokens"][:5] == [3, 3, 3, 3, 3]
     assert first["reward"][:5] == [0.0, 0.0, 1.0, 1.0, 1.0]
-    assert "sampled" not in first
+    assert ("sampled" in first) == (k > 0)
 
 
 def test_eval_texts_is_resume_neutral():
@@ -193,13 +216,22 @@ def test_a_longer_budget_is_evaluated_before_and_after_training_only(tmp_path):
         is None
 
 
-def test_a_cached_start_evaluation_equals_a_computed_one_and_changes_nothing_else(tmp_path):
+def test_a_cached_start_evaluation_equals_a_computed_one_and_changes_nothing_else(tmp_path, monkeypatch, caplog):
     cache = tmp_path / "cache"
     overrides = ("trainer.steps=2", "trainer.eval_budget=6", "trainer.eval_texts=3")
+    evaluated_at: list[int] = []  # the steps at which the agents were evaluated (not copied)
+    evaluation = Trainer.evaluation
+    monkeypatch.setattr(Trainer, "evaluation", lambda self, **kw: evaluated_at.append(self.step_idx)
+                        or evaluation(self, **kw))
     plain = train(tmp_path, "plain", *overrides)
     first = train(tmp_path, "first", *overrides, f"trainer.start_eval_cache={cache}")  # a miss: computes, stores
-    assert len(list(cache.glob("*.json"))) == 1
+    assert [json.loads(p.read_text())["source"] for p in cache.glob("*.json")] == [str(first)]
+    assert evaluated_at == [0, 1, 2] * 2
+    caplog.set_level("INFO", logger="hacrl.trainer.trainer")
     second = train(tmp_path, "second", *overrides, f"trainer.start_eval_cache={cache}", "run.seed=1")
+    assert evaluated_at[6:] == [1, 2]  # a hit: step 0 copied, said so, not evaluated
+    stored = next(cache.glob("*.json"))
+    assert f"step-0 evaluation copied from {stored}" in [r.getMessage() for r in caplog.records]
     other = train(tmp_path, "other", *overrides, f"trainer.start_eval_cache={cache}", "trainer.eval_size=9")
     assert len(list(cache.glob("*.json"))) == 2  # another evaluation is another key
     for name in ("eval.jsonl", "eval_problems.jsonl"):

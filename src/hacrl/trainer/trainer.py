@@ -378,7 +378,7 @@ class Trainer:
         append_lines(self.run_dir / "eval_problems.jsonl", result.per_problem)
         return result.metrics
 
-    def evaluation(self, *, budget: bool = False) -> Evaluation:
+    def evaluation(self, *, budget: bool) -> Evaluation:
         """Greedy accuracy of each agent alone on the task's held-out split and on each eval benchmark
         (the agents generate concurrently on Ray; the answers are scored here), and with ``budget`` also on
         the held-out split with the longer answer budget ``trainer.eval_budget``: the metrics, and the totals
