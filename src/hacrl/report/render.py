@@ -137,18 +137,14 @@ def _budget(s: dict[str, Any]) -> str:
     return f"; again with a {budget}-token answer budget before training and at the end" if budget else ""
 
 
-def render_report(summary: dict[str, Any]) -> str:
-    s = summary
-    lines = ["# hacrl comparison", "", "```", s["command"], "```", ""]
-    lines += _answer_section(s)
+def _config_section(s: dict[str, Any]) -> list[str]:
     sampled = f" and {s['eval_k']} sampled answers per problem" if s.get("eval_k") else ""
-    lines += ["## Command and configuration", ""]
-    intervals = _has_intervals(s)
     src = f"preset `{s['preset']}`" if s["preset"] else f"config `{s['config_path']}`"
     walls = [r["wall_s"] for r in s["runs"] if r["wall_s"] is not None]
     statuses = {st: sum(r["status"] == st for r in s["runs"])
                 for st in ("trained", "resumed", "restarted", "reused")}
-    lines += [
+    return [
+        "## Command and configuration", "",
         "| setting | value |", "|---|---|",
         f"| source | {src} |",
         f"| overrides | {', '.join(f'`{o}`' for o in s['overrides']) or '(none)'} |",
@@ -166,9 +162,29 @@ def render_report(summary: dict[str, Any]) -> str:
         "",
     ]
 
-    lines += ["## Held-out accuracy", ""]
+
+def _accuracy_table(s: dict[str, Any], per_algo: dict[str, Any], intervals: bool) -> list[str]:
+    head = ["algorithm", "start", "final (mean ± sd)"]
+    for b in s["baselines"]:
+        head += [f"Δ vs {b} (± se)", f"p vs {b}"] + ([f"95% interval vs {b}"] if intervals else [])
+    head += ["rollouts / run", "optimizer updates / run", "wall s / run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for algo, r in per_algo.items():
+        cost = s["cost"][algo]["wall_s"]
+        row = [algo, _pm(r["start"], r["start_sd"] or None),
+               _pm(r["final"]["mean"], r["final"]["sd"])]
+        for b in s["baselines"]:
+            row += list(_delta_cells(r["vs"].get(b))) + ([_interval_cell(r["vs"].get(b))] if intervals else [])
+        row += [str(r["rollouts"]), _f(r["optimizer_updates"], ".0f"), _pm(cost[0], cost[1], ".1f")]
+        lines.append("| " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
+def _accuracy_section(s: dict[str, Any]) -> list[str]:
+    intervals = _has_intervals(s)
     plots = set(s.get("plots", []))
     n = len(s["seeds"])
+    lines = ["## Held-out accuracy", ""]
     for agent, per_algo in s["results"].items():
         lines += [f"### {agent}", ""]
         if f"plots/curve-{agent}.png" in plots:
@@ -178,20 +194,7 @@ def render_report(summary: dict[str, Any]) -> str:
                        f"against the answers {agent} generated in training (right: step × batch × G × the "
                        f"algorithm's rollout multiplier). Numbers: summary.json, "
                        f"`results.{agent}.<algo>.curve`."), ""]
-        head = ["algorithm", "start", "final (mean ± sd)"]
-        for b in s["baselines"]:
-            head += [f"Δ vs {b} (± se)", f"p vs {b}"] + ([f"95% interval vs {b}"] if intervals else [])
-        head += ["rollouts / run", "optimizer updates / run", "wall s / run"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for algo, r in per_algo.items():
-            cost = s["cost"][algo]["wall_s"]
-            row = [algo, _pm(r["start"], r["start_sd"] or None),
-                   _pm(r["final"]["mean"], r["final"]["sd"])]
-            for b in s["baselines"]:
-                row += list(_delta_cells(r["vs"].get(b))) + ([_interval_cell(r["vs"].get(b))] if intervals else [])
-            row += [str(r["rollouts"]), _f(r["optimizer_updates"], ".0f"), _pm(cost[0], cost[1], ".1f")]
-            lines.append("| " + " | ".join(row) + " |")
-        lines.append("")
+        lines += _accuracy_table(s, per_algo, intervals)
         lines += _sampled_table(per_algo, s["baselines"], intervals)
     lines += [
         (f"*start*: accuracy before training (step 0). *final*: at step {s['steps']}, mean ± sd over {n} "
@@ -204,11 +207,13 @@ def render_report(summary: dict[str, Any]) -> str:
         "measured."),
         "",
     ]
+    return lines
 
-    lines += render_answer_quality(s.get("answer_quality"), s["baselines"])
-    lines += ["## Cost per run", "",
-              "| algorithm | wall s | training phases s | rollout s | updates s | other s |",
-              "|---|---|---|---|---|---|"]
+
+def _cost_section(s: dict[str, Any]) -> list[str]:
+    lines = ["## Cost per run", "",
+             "| algorithm | wall s | training phases s | rollout s | updates s | other s |",
+             "|---|---|---|---|---|---|"]
     for algo, c in s["cost"].items():
         measured = c["wall_measured"] and c["wall_s"][0] is not None
         other = c["wall_s"][0] - c["phase_s"][0] if measured else None
@@ -218,49 +223,67 @@ def render_report(summary: dict[str, Any]) -> str:
         if (s.get("pace") or {}).get(algo, {}).get("mode", "lockstep") != "lockstep":
             cells[2:] = ["— (async: see Pace)"] * 4  # the agents' phases overlap: no phase wall times
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", ("*training phases*: the sum of the trainer's `timing/*` over steps; *other*: wall − "
-                   "phases (model loading, evaluation, checkpoints)."), ""]
-    lines += render_pace(s.get("pace"))
+    return [*lines, "", ("*training phases*: the sum of the trainer's `timing/*` over steps; *other*: wall − "
+                         "phases (model loading, evaluation, checkpoints)."), ""]
 
-    lines += ["## Collaboration diagnostics", ""]
+
+def _diagnostics_section(s: dict[str, Any]) -> list[str]:
+    lines = ["## Collaboration diagnostics", ""]
     if not s["diagnostics"]:
-        lines += [("No algorithm in this comparison shares the answer pool (hacpo, naive or a hacpo-* "
-                  "ablation), so there is nothing to diagnose."), ""]
-    else:
-        others = {a: [o for o in s["agents"] if o != a] for a in s["agents"]}
-        head = ["algorithm", "learner", "mean cross ratio", "inside window", "below", "above",
-                "ω (mean, final)"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for algo, diag in s["diagnostics"].items():
-            for agent, d in diag.items():
-                om = "; ".join(f"→{o} {_f(d['omega'][o]['mean'], '.2f')}, {_f(d['omega'][o]['final'], '.2f')}"
-                               for o in others[agent])
-                pct = [("n/a" if v is None else f"{v:.0%}") for v in
-                       (d["in_window_frac"], d["below_window_frac"], d["above_window_frac"])]
-                ratio = "not logged" if d["cross_ratio_mean"] is None else _f(d["cross_ratio_mean"], ".3f")
-                lines.append(f"| {algo} | {agent} | {ratio} | {pct[0]} | {pct[1]} | {pct[2]} | {om} |")
-        lines += ["", ("*cross ratio*: the learner's sequence probability of another agent's answer over "
-                  "its author's at rollout time (exp of the difference of mean token log-probs); *inside "
-                  "window*: share of cross answers whose ratio lay in the stepwise clip window [ℓ_m, 1] and "
-                  "so gave gradient; *below* / *above*: clipped at the lower / upper bound. All are means "
-                  "over steps and seeds. *ω*, in learner k's row under →j: ω(k→j) = ω^(k,j) = P̂_k / P̂_j, "
-                  "the capability of the learner k over that of the source j (clamped to [0.1, 10]); k's "
-                  "baseline weighs j's rewards by it, k's update weighs j's answers by its inverse ω(j→k)."),
+        return [*lines, ("No algorithm in this comparison shares the answer pool (hacpo, naive or a hacpo-* "
+                         "ablation), so there is nothing to diagnose."), ""]
+    others = {a: [o for o in s["agents"] if o != a] for a in s["agents"]}
+    head = ["algorithm", "learner", "mean cross ratio", "inside window", "below", "above",
+            "ω (mean, final)"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for algo, diag in s["diagnostics"].items():
+        for agent, d in diag.items():
+            om = "; ".join(f"→{o} {_f(d['omega'][o]['mean'], '.2f')}, {_f(d['omega'][o]['final'], '.2f')}"
+                           for o in others[agent])
+            pct = [("n/a" if v is None else f"{v:.0%}") for v in
+                   (d["in_window_frac"], d["below_window_frac"], d["above_window_frac"])]
+            ratio = "not logged" if d["cross_ratio_mean"] is None else _f(d["cross_ratio_mean"], ".3f")
+            lines.append(f"| {algo} | {agent} | {ratio} | {pct[0]} | {pct[1]} | {pct[2]} | {om} |")
+    lines += ["", ("*cross ratio*: the learner's sequence probability of another agent's answer over "
+              "its author's at rollout time (exp of the difference of mean token log-probs); *inside "
+              "window*: share of cross answers whose ratio lay in the stepwise clip window [ℓ_m, 1] and "
+              "so gave gradient; *below* / *above*: clipped at the lower / upper bound. All are means "
+              "over steps and seeds. *ω*, in learner k's row under →j: ω(k→j) = ω^(k,j) = P̂_k / P̂_j, "
+              "the capability of the learner k over that of the source j (clamped to [0.1, 10]); k's "
+              "baseline weighs j's rewards by it, k's update weighs j's answers by its inverse ω(j→k)."),
               ""]
-        for name, title in (("omega.png", "ω over time"),
-                            ("cross-window.png", "cross answers inside the window")):
-            if f"plots/{name}" in plots:
-                lines += [f"![{title}](plots/{name})", ""]
-    lines += ["## Reading", ""]
-    for p in s["reading"] or ["(nothing to say)"]:
-        lines += [p, ""]
+    plots = set(s.get("plots", []))
+    for name, title in (("omega.png", "ω over time"),
+                        ("cross-window.png", "cross answers inside the window")):
+        if f"plots/{name}" in plots:
+            lines += [f"![{title}](plots/{name})", ""]
+    return lines
 
+
+def _runs_section(s: dict[str, Any]) -> list[str]:
     finals = " | ".join(f"final {a}" for a in s["agents"])
-    lines += ["## Runs", "", f"| algorithm | seed | this time | {finals} | wall s | directory |",
-              "|" + "---|" * (5 + len(s["agents"]))]
+    lines = ["## Runs", "", f"| algorithm | seed | this time | {finals} | wall s | directory |",
+             "|" + "---|" * (5 + len(s["agents"]))]
     for r in s["runs"]:
         lines.append(f"| {r['algorithm']} | {r['seed']} | {r['status']} | "
                      + " | ".join(_f(r["final"][a]) for a in s["agents"])
                      + f" | {_f(r['wall_s'], '.1f')} | `{r['dir']}` |")
-    lines.append("")
+    return [*lines, ""]
+
+
+def render_report(summary: dict[str, Any]) -> str:
+    """The comparison's report.md from its summary.json, section by section."""
+    s = summary
+    lines = ["# hacrl comparison", "", "```", s["command"], "```", ""]
+    lines += _answer_section(s)
+    lines += _config_section(s)
+    lines += _accuracy_section(s)
+    lines += render_answer_quality(s.get("answer_quality"), s["baselines"])
+    lines += _cost_section(s)
+    lines += render_pace(s.get("pace"))
+    lines += _diagnostics_section(s)
+    lines += ["## Reading", ""]
+    for p in s["reading"] or ["(nothing to say)"]:
+        lines += [p, ""]
+    lines += _runs_section(s)
     return "\n".join(lines)

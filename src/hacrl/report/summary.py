@@ -1,12 +1,10 @@
-"""The summary of ``hacrl compare``: every number of the report, and the automatic reading of them.
+"""The summary of ``hacrl compare``: every number of the report.
 
 :func:`summarize` turns the runs' metrics and evaluations into per-agent accuracy tables (with paired
 differences against the baselines: the t-test over seeds and, where the runs wrote per-problem records, the
 paired bootstrap interval over seeds × problems), learning curves (against steps and answers generated),
-costs and collaboration diagnostics; :func:`answer_rows` gives the report's opening table (every algorithm
-against every baseline, with its interval and mark); :func:`automatic_reading` writes the plain-language
-paragraphs of the report's "Reading" section from that summary, claiming a gain or a loss only where the
-interval excludes 0.
+costs and collaboration diagnostics, then adds the reading of them (:mod:`hacrl.report.reading`: the
+opening table of every algorithm against every baseline, and the plain-language paragraphs).
 """
 
 from __future__ import annotations
@@ -18,9 +16,10 @@ from typing import Any
 import yaml
 
 from hacrl.config import Config
-from hacrl.learner.algorithms import ALGORITHMS, Algorithm, adaptive_window
+from hacrl.learner.algorithms import adaptive_window
 from hacrl.report.answers import answer_quality
 from hacrl.report.pace import pace_summary
+from hacrl.report.reading import algorithm_of, answer_rows, automatic_reading, is_baseline
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import (
     BOOTSTRAP_B,
@@ -31,21 +30,6 @@ from hacrl.report.stats import (
     paired_difference,
 )
 from hacrl.trainer.sinks import phase_times
-
-
-def algorithm_of(label: str) -> Algorithm:
-    """The algorithm a comparison's label names (``hacpo@delta=0.6`` → hacpo)."""
-    return ALGORITHMS.get(label.split("@")[0])
-
-
-def is_baseline(label: str) -> bool:
-    """The report's default Δ columns: GSPO on private answers at any rollout multiple (gspo, gspo2x,
-    gspo-x<N>) and the imitation baseline (the same shared rollouts as hacpo, the partners' verified answers
-    imitated), as registered (no per-variant settings: give a variant such as ``gspo@task.fewshot=3`` with
-    ``--baselines``)."""
-    a = algorithm_of(label)
-    return "@" not in label and ((not a.shares_pool and a.loss == "gspo") or a.loss == "imitation")
-
 
 # ---- per-step values over runs ----------------------------------------------------------------------
 
@@ -106,9 +90,6 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
     outcome_of = {(o.algo, o.seed): o for o in outcomes}
     baselines = meta.get("baselines") or [b for b in algos if is_baseline(b)]
 
-    def final_of(d: RunData, agent: str) -> float | None:
-        return d.evals.get((steps, agent))
-
     summary: dict[str, Any] = {
         **meta,
         "task": cfg.task.name,
@@ -116,102 +97,108 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
         "steps": steps, "batch_size": t.batch_size, "rollouts_per_prompt": cfg.rollout.rollouts_per_prompt,
         "eval_size": t.eval_size, "eval_every": t.eval_every, "eval_k": t.eval_k, "baselines": baselines,
         "delta": cfg.algorithm.delta, "delta_step": cfg.algorithm.delta_step,
-        "runs": [], "results": {}, "cost": {}, "diagnostics": {}, "windows": {},
+        "runs": [_run_row(d, outcome_of[d.algo, d.seed], agent_ids, steps) for d in data],
+        "results": {}, "cost": {}, "diagnostics": {}, "windows": {},
     }
-    for d in data:
-        o = outcome_of[d.algo, d.seed]
-        phases = sum(_phase_seconds(m) for m in d.metrics.values())
-        summary["runs"].append({
-            "algorithm": d.algo, "seed": d.seed, "dir": str(o.run_dir), "status": o.status,
-            "start": {a: d.evals.get((0, a)) for a in agent_ids},
-            "final": {a: final_of(d, a) for a in agent_ids},
-            "wall_s": o.wall_s, "phase_s": phases,
-            "rollout_s": sum(m.get("timing/rollout", 0.0) for m in d.metrics.values()),
-            "update_s": sum(_update_seconds(m) for m in d.metrics.values()),
-        })
-    runs_of = {a: [r for r in summary["runs"] if r["algorithm"] == a] for a in algos}
-
     for algo in algos:
-        rs = runs_of[algo]
-        walls = [r["wall_s"] if r["wall_s"] is not None else r["phase_s"] for r in rs]
-        summary["cost"][algo] = {
-            "wall_s": mean_sd(walls), "phase_s": mean_sd([r["phase_s"] for r in rs]),
-            "rollout_s": mean_sd([r["rollout_s"] for r in rs]),
-            "update_s": mean_sd([r["update_s"] for r in rs]),
-            "wall_measured": all(r["wall_s"] is not None for r in rs),
-        }
-
+        summary["cost"][algo] = _cost_of([r for r in summary["runs"] if r["algorithm"] == algo])
     for agent in agent_ids:
-        per_algo: dict[str, Any] = {}
-        finals = {algo: {d.seed: final_of(d, agent) for d in by_algo[algo]} for algo in algos}
-        for algo in algos:
-            runs = by_algo[algo]
-            a = algorithm_of(algo)
-            vals = [v for v in finals[algo].values() if v is not None]
-            mean, sd = mean_sd(vals)
-            start_mean, start_sd = mean_sd([d.evals.get((0, agent)) for d in runs])
-            updates = [sum(_metric(d, s, f"agent/{agent}/optimizer_steps") or 0 for s in d.metrics)
-                       for d in runs]
-            vs = {}
-            for b in baselines:
-                if b == algo:
-                    continue
-                common = [s for s in seeds
-                          if finals[algo].get(s) is not None and finals[b].get(s) is not None]
-                vs[b] = {**paired_difference([finals[algo][s] for s in common],
-                                             [finals[b][s] for s in common]), "seeds": common,
-                         **_interval(algo, b, by_algo, common, steps, agent, "greedy")}
-            per_algo[algo] = {
-                "start": start_mean, "start_sd": start_sd,
-                "final": {"mean": mean, "sd": sd, "min": min(vals) if vals else None,
-                          "max": max(vals) if vals else None, "by_seed": finals[algo]},
-                "vs": vs,
-                "rollouts": steps * t.batch_size * cfg.rollout.rollouts_per_prompt * a.rollout_multiplier,
-                "optimizer_updates": mean_sd(updates)[0],
-                "curve": _with_answers(_series(runs, lambda d, s, agent=agent: d.evals.get((s, agent))),
-                                       t.batch_size * cfg.rollout.rollouts_per_prompt * a.rollout_multiplier),
-            }
-            sampled = _sampled_of(agent, algo, by_algo, baselines, seeds, steps)
-            if sampled is not None:
-                per_algo[algo]["sampled"] = sampled
-        summary["results"][agent] = per_algo
+        summary["results"][agent] = _results_of(agent, cfg, by_algo, baselines, seeds)
     summary["interval_method"] = INTERVAL_METHOD
     summary["runs_with_problem_records"] = sum(bool(d.problems) for d in data)
     summary["answer"] = answer_rows(summary)
     summary["answer_quality"] = answer_quality(outcomes, agent_ids, algos, baselines, seeds, steps, t.eval_budget)
     summary["pace"] = pace_summary(by_algo, agent_ids)  # idle share, updates/hour, staleness, answers used
-
     for algo in algos:
-        if not algorithm_of(algo).shares_pool:
-            continue
-        runs = by_algo[algo]
-        diag: dict[str, Any] = {}
-        for agent in agent_ids:
-            def avg(key: str, agent: str = agent, runs: list[RunData] = runs) -> float | None:
-                return mean_sd([_mean_over_steps(d, f"agent/{agent}/{key}") for d in runs])[0]
-
-            omega = {}
-            for other in agent_ids:
-                if other == agent:
-                    continue
-                key = f"agent/{agent}/omega/{other}"
-                curve = _agent_series(runs, agent, key)
-                omega[other] = {"mean": avg(f"omega/{other}"),
-                                "final": curve["mean"][-1] if curve["mean"] else None, "curve": curve}
-            diag[agent] = {
-                "cross_ratio_mean": avg("cross/ratio_mean"), "in_window_frac": avg("cross/in_window_frac"),
-                "below_window_frac": avg("cross/clip_low_frac"),
-                "above_window_frac": avg("cross/clip_high_frac"),
-                "cross_answers": avg("count/cross"),
-                "in_window_curve": _agent_series(runs, agent, f"agent/{agent}/cross/in_window_frac"),
-                "omega": omega,
-                # the adaptive window's ℓ_0 (None for a fixed window)
-                "window_lower": mean_sd([avg(f"window_lower/{o}") for o in agent_ids if o != agent])[0],
-            }
-        summary["diagnostics"][algo] = diag
-        summary["windows"][algo] = _window_of(algo, outcome_of, seeds, cfg)
+        if algorithm_of(algo).shares_pool:
+            summary["diagnostics"][algo] = {agent: _diagnostics_of(agent, by_algo[algo], agent_ids)
+                                            for agent in agent_ids}
+            summary["windows"][algo] = _window_of(algo, outcome_of, seeds, cfg)
     summary["reading"] = automatic_reading(summary)
     return summary
+
+
+def _run_row(d: RunData, o: RunOutcome, agent_ids: list[str], steps: int) -> dict[str, Any]:
+    """One run's line of the summary: its status, start and final accuracy per agent, wall and phase seconds."""
+    return {
+        "algorithm": d.algo, "seed": d.seed, "dir": str(o.run_dir), "status": o.status,
+        "start": {a: d.evals.get((0, a)) for a in agent_ids},
+        "final": {a: d.evals.get((steps, a)) for a in agent_ids},
+        "wall_s": o.wall_s, "phase_s": sum(_phase_seconds(m) for m in d.metrics.values()),
+        "rollout_s": sum(m.get("timing/rollout", 0.0) for m in d.metrics.values()),
+        "update_s": sum(_update_seconds(m) for m in d.metrics.values()),
+    }
+
+
+def _cost_of(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """An algorithm's cost over its runs (mean, sd); a run without a measured wall time counts its phases."""
+    walls = [r["wall_s"] if r["wall_s"] is not None else r["phase_s"] for r in rs]
+    return {
+        "wall_s": mean_sd(walls), "phase_s": mean_sd([r["phase_s"] for r in rs]),
+        "rollout_s": mean_sd([r["rollout_s"] for r in rs]),
+        "update_s": mean_sd([r["update_s"] for r in rs]),
+        "wall_measured": all(r["wall_s"] is not None for r in rs),
+    }
+
+
+def _results_of(agent: str, cfg: Config, by_algo: dict[str, list[RunData]], baselines: list[str],
+                seeds: list[int]) -> dict[str, Any]:
+    """One agent's accuracy per algorithm: start, final over seeds, paired differences against each baseline
+    (t-test over seeds, bootstrap interval over seeds × problems), cost in rollouts and updates, the curve."""
+    steps, t = cfg.trainer.steps, cfg.trainer
+    finals = {algo: {d.seed: d.evals.get((steps, agent)) for d in runs} for algo, runs in by_algo.items()}
+    per_algo: dict[str, Any] = {}
+    for algo, runs in by_algo.items():
+        a = algorithm_of(algo)
+        vals = [v for v in finals[algo].values() if v is not None]
+        mean, sd = mean_sd(vals)
+        start_mean, start_sd = mean_sd([d.evals.get((0, agent)) for d in runs])
+        updates = [sum(_metric(d, s, f"agent/{agent}/optimizer_steps") or 0 for s in d.metrics) for d in runs]
+        vs = {}
+        for b in baselines:
+            if b == algo:
+                continue
+            common = [s for s in seeds if finals[algo].get(s) is not None and finals[b].get(s) is not None]
+            vs[b] = {**paired_difference([finals[algo][s] for s in common], [finals[b][s] for s in common]),
+                     "seeds": common, **_interval(algo, b, by_algo, common, steps, agent, "greedy")}
+        per_step = t.batch_size * cfg.rollout.rollouts_per_prompt * a.rollout_multiplier
+        per_algo[algo] = {
+            "start": start_mean, "start_sd": start_sd,
+            "final": {"mean": mean, "sd": sd, "min": min(vals) if vals else None,
+                      "max": max(vals) if vals else None, "by_seed": finals[algo]},
+            "vs": vs,
+            "rollouts": steps * per_step,
+            "optimizer_updates": mean_sd(updates)[0],
+            "curve": _with_answers(_series(runs, lambda d, s: d.evals.get((s, agent))), per_step),
+        }
+        sampled = _sampled_of(agent, algo, by_algo, baselines, seeds, steps)
+        if sampled is not None:
+            per_algo[algo]["sampled"] = sampled
+    return per_algo
+
+
+def _diagnostics_of(agent: str, runs: list[RunData], agent_ids: list[str]) -> dict[str, Any]:
+    """How ``agent`` learned from the others' answers under a pool-sharing algorithm, mean over steps and
+    seeds: the cross ratio and the window's shares, ω towards each other agent (with its curve), the
+    adaptive window's lower bound (None for a fixed window)."""
+    def avg(key: str) -> float | None:
+        return mean_sd([_mean_over_steps(d, f"agent/{agent}/{key}") for d in runs])[0]
+
+    omega = {}
+    for other in agent_ids:
+        if other != agent:
+            curve = _agent_series(runs, agent, f"agent/{agent}/omega/{other}")
+            omega[other] = {"mean": avg(f"omega/{other}"),
+                            "final": curve["mean"][-1] if curve["mean"] else None, "curve": curve}
+    return {
+        "cross_ratio_mean": avg("cross/ratio_mean"), "in_window_frac": avg("cross/in_window_frac"),
+        "below_window_frac": avg("cross/clip_low_frac"),
+        "above_window_frac": avg("cross/clip_high_frac"),
+        "cross_answers": avg("count/cross"),
+        "in_window_curve": _agent_series(runs, agent, f"agent/{agent}/cross/in_window_frac"),
+        "omega": omega,
+        "window_lower": mean_sd([avg(f"window_lower/{o}") for o in agent_ids if o != agent])[0],
+    }
 
 
 def _sampled_of(agent: str, algo: str, by_algo: dict[str, list[RunData]], baselines: list[str],
@@ -287,41 +274,6 @@ def _with_answers(curve: dict[str, list], per_step: int) -> dict[str, Any]:
     return {**curve, "answers": [s * per_step for s in curve["steps"]], "answers_per_step": per_step}
 
 
-def mark(st: dict[str, Any] | None) -> str:
-    """The claim a Δ supports: "gain" / "loss" when its interval excludes 0, "≈" when the interval includes
-    0, "no interval" when there is none (no per-problem records)."""
-    iv = (st or {}).get("interval")
-    if not iv or iv.get("mean") is None:
-        return "no interval"
-    return "≈" if iv["includes_zero"] else "gain" if iv["lo"] > 0 else "loss"
-
-
-def answer_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The report's opening table: per agent, every algorithm against every baseline (two baselines once, the
-    later against the earlier), on the final greedy accuracy and, where evaluated, avg@k. Δ is the interval's
-    mean paired difference over (seed, problem) cells where there is one, else the mean over seeds."""
-    baselines, rows = summary["baselines"], []
-    for agent, per_algo in summary["results"].items():
-        for algo, r in per_algo.items():
-            for b in baselines:
-                if b == algo or (algo in baselines and baselines.index(b) > baselines.index(algo)):
-                    continue
-                k = (r.get("sampled") or {}).get("k")
-                for measure, st in (("greedy", r["vs"].get(b)),
-                                    (f"avg@{k or 'k'}", (r.get("sampled") or {}).get("vs", {}).get(b))):
-                    if st is None or st["mean"] is None:
-                        continue
-                    iv = st.get("interval")
-                    rows.append({
-                        "agent": agent, "algorithm": algo, "baseline": b, "measure": measure,
-                        "delta": iv["mean"] if iv else st["mean"], "lo": iv["lo"] if iv else None,
-                        "hi": iv["hi"] if iv else None, "mark": mark(st), "pairs": iv["pairs"] if iv else None,
-                        "problems": iv["problems"] if iv else None, "seeds": len(st["seeds"]),
-                        "p_boot": iv["p"] if iv else None, "p_t": st["p"], "note": st.get("interval_note"),
-                    })
-    return rows
-
-
 def _window_of(algo: str, outcome_of: dict, seeds: list[int], cfg: Config) -> dict[str, Any]:
     """δ and whether the window adapts, as the algorithm's runs were configured (a variant may set its own)."""
     section = cfg.algorithm.model_dump()
@@ -333,154 +285,6 @@ def _window_of(algo: str, outcome_of: dict, seeds: list[int], cfg: Config) -> di
             break
     adaptive = adaptive_window(algorithm_of(algo), str(section.get("cross_window", "fixed")))
     return {"delta": section.get("delta"), "adaptive": adaptive}
-
-
-# ---- the automatic reading ------------------------------------------------------------------------------
-
-def automatic_reading(summary: dict[str, Any]) -> list[str]:
-    """One paragraph per pool-sharing algorithm, plus one on the accuracy differences."""
-    paragraphs = []
-    for algo, diag in summary["diagnostics"].items():
-        window_of = summary.get("windows", {}).get(algo, {})
-        delta = window_of.get("delta", summary.get("delta"))
-        fracs = {a: d["in_window_frac"] for a, d in diag.items() if d["in_window_frac"] is not None}
-        sentences = []
-        if not fracs:
-            sentences.append(f"{algo} shares the pool but its loss does not log cross-answer ratios, so "
-                             f"how much the other agents' answers counted cannot be read from the metrics.")
-        else:
-            overall = sum(fracs.values()) / len(fracs)
-            lowers = [d.get("window_lower") for d in diag.values() if d.get("window_lower") is not None]
-            if window_of.get("adaptive") and lowers:
-                window = (f"the adaptive clip window [ℓ_m, 1] (ℓ_0 between {min(lowers):.2f} and {max(lowers):.2f} "
-                          f"on average, at most {1 - delta:g})")
-            elif delta is not None:
-                window = f"the clip window [ℓ_m, 1] (ℓ_0 = {1 - delta:g})"
-            else:
-                window = "the clip window"
-            if overall < 0.005:
-                sentences.append(f"No cross answer fell inside {window}: {algo} acted like GSPO (answers "
-                                 f"outside the window are clipped and give no gradient).")
-            elif overall < 0.1:
-                sentences.append(f"Only {overall:.0%} of cross answers fell inside {window}: {algo} acted "
-                                 f"almost like GSPO (answers outside the window are clipped and give no "
-                                 f"gradient).")
-            elif overall < 0.5:
-                sentences.append(f"{overall:.0%} of cross answers fell inside {window}: the shared pool "
-                                 f"contributed part of {algo}'s updates.")
-            else:
-                sentences.append(f"Most cross answers ({overall:.0%}) fell inside {window}: {algo}'s "
-                                 f"learners did learn from each other's answers.")
-            for agent, d in diag.items():
-                inside, below, above = d["in_window_frac"], d["below_window_frac"], d["above_window_frac"]
-                ratio = d["cross_ratio_mean"]
-                if None in (inside, below, above, ratio) or max(below, above) <= 0.05:
-                    continue
-                side = ("below it (the learner finds the others' answers less likely than their authors "
-                        "did)" if below >= above else "above it (the learner finds the others' answers more "
-                        "likely than their authors did)")
-                sentences.append(f"{agent}: {inside:.0%} inside, {below:.0%} below, {above:.0%} above the "
-                                 f"window, mean cross ratio {ratio:.2f}; the clipped ones were mostly "
-                                 f"{side}.")
-        algorithm = algorithm_of(algo)
-        in_baseline = algorithm.advantage == "hacpo" and algorithm.capability_aware
-        in_update = algorithm.loss == "hacpo" and algorithm.use_omega
-        omegas = [(a, o, v["mean"]) for a, d in diag.items() for o, v in d["omega"].items()
-                  if v["mean"] is not None]
-        if omegas:
-            a, o, w = max(omegas, key=lambda x: abs(math.log(max(x[2], 1e-12))))
-            if not (in_baseline or in_update):
-                sentences.append(f"ω is logged but {algo} does not use it.")
-            elif abs(math.log(max(w, 1e-12))) < math.log(1.1):
-                sentences.append("ω stayed near 1: the agents were judged equally capable, so the capability "
-                                 "weighting changed little.")
-            else:
-                ahead, behind, factor = (a, o, w) if w > 1 else (o, a, 1 / w)
-                effects = ((f"weighted {ahead}'s answers up by about that factor in its update", in_update),
-                           (f"scaled {ahead}'s rewards down by it in its baseline", in_baseline))
-                uses = " and ".join(text for text, on in effects if on)
-                sentences.append(f"ω({a}→{o}) averaged {w:.2f} over the steps: {ahead} was judged about "
-                                 f"{factor:.1f}× as capable as {behind}, so {behind} {uses}.")
-        paragraphs.append(" ".join(sentences))
-
-    baselines = summary.get("baselines", [])
-    results = summary["results"]
-    all_same = all(len({round(r["final"]["mean"], 9) for r in per_algo.values()
-                        if r["final"]["mean"] is not None}) <= 1 for per_algo in results.values())
-    if all_same and len(summary["algorithms"]) > 1:
-        paragraphs.append("Every algorithm ended at the same held-out accuracy for every agent: the runs "
-                          "were too short (or the evaluation too small) to tell the algorithms apart.")
-    elif baselines:
-        paragraphs.append(_accuracy_reading(summary))
-    elif len(summary["algorithms"]) > 1:
-        paragraphs.append("Neither gspo nor gspo2x is in the comparison, so no paired differences were "
-                          "computed.")
-    return [p for p in paragraphs if p]
-
-
-def _accuracy_reading(summary: dict[str, Any]) -> str:
-    """The paragraph on the final accuracy differences: every Δ with its interval (or only its t-test where
-    the runs have no per-problem records); a gain or a loss is stated only where the interval excludes 0."""
-    baselines, n = summary["baselines"], len(summary["seeds"])
-    clauses, tested = [], False
-    claims: dict[str, list[str]] = {"gain": [], "loss": [], "≈": [], "no interval": []}
-    significant: dict[str, str] = {}  # t-test p < 0.05: name → the claim as written
-    for algo in summary["algorithms"]:
-        if algo in baselines:
-            continue
-        per_agent = []
-        for agent, per_algo in summary["results"].items():
-            cells = []
-            for b, st in per_algo[algo]["vs"].items():
-                if st["mean"] is None:
-                    continue
-                p = f"p = {st['p']:.2g}" if st["p"] is not None else "no test"
-                tested |= st["p"] is not None
-                iv, what = st.get("interval"), f"{algo} vs {b} on {agent}"
-                if iv:
-                    cells.append(f"{iv['mean']:+.3f} vs {b} (95% interval [{iv['lo']:+.3f}, {iv['hi']:+.3f}]"
-                                 f"{', includes 0' if iv['includes_zero'] else ''}; t-test {p})")
-                else:
-                    cells.append(f"{st['mean']:+.3f} vs {b} ({p})")
-                claims[mark(st)].append(f"{what} ({(iv or st)['mean']:+.3f})")
-                if st["p"] is not None and st["p"] < 0.05:
-                    significant[what] = f"{what} ({st['mean']:+.3f})"
-                    if mark(st) == "≈":
-                        significant[what] += " *"  # significant by the t-test, interval includes 0
-            if cells:
-                per_agent.append(f"{agent} " + ", ".join(cells))
-        if per_agent:
-            clauses.append(f"{algo}: " + "; ".join(per_agent))
-    if not clauses:
-        return ""
-    intervals = bool(claims["gain"] or claims["loss"] or claims["≈"])
-    text = (f"Final accuracy against {' and '.join(baselines)}, paired by seed"
-            f"{' and problem' if intervals else ''} over {n} seed{'s' if n != 1 else ''}. "
-            + ". ".join(clauses) + ". ")
-    if not summary.get("runs_with_problem_records"):  # runs from before per-problem records: as they were
-        if n < 2:
-            text += "With one seed there is no test: run more seeds before reading anything into these."
-        elif not tested:
-            text += "No p-values: scipy is not installed."
-        elif significant:
-            text += "Significant at 5%: " + ", ".join(significant.values()) + "."
-        else:
-            text += f"None of these differences is significant at 5% with {n} seeds."
-        return text + " (No per-problem records, so no paired interval.)"
-    tail = [f"{word} (95% interval excludes 0): {', '.join(claims[key])}." for key, word in
-            (("gain", "Gains"), ("loss", "Losses")) if claims[key]]
-    if tail and claims["≈"]:
-        tail.append(f"Not shown either way (interval includes 0): {', '.join(claims['≈'])}.")
-    elif intervals and not tail:
-        tail.append("Every 95% interval includes 0: no gain or loss is shown.")
-    unclaimed = [c.removesuffix(" *") for c in significant.values() if c.endswith(" *")]
-    if unclaimed:
-        tail.append(f"The t-test over seeds alone gives p < 0.05 for {', '.join(unclaimed)}, but the interval "
-                    f"over seeds and problems includes 0, so it is not claimed.")
-    if claims["no interval"]:
-        tail.append(f"No interval (some runs have no per-problem records), so not claimed either way: "
-                    f"{', '.join(claims['no interval'])}.")
-    return (text + " ".join(tail)).rstrip()
 
 
 def _phase_seconds(metrics: dict) -> float:
