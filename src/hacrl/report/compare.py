@@ -36,6 +36,7 @@ from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.report.plots import write_plots
 from hacrl.report.render import render_report
 from hacrl.report.runs import (
+    RunOutcome,
     RunPlan,
     checkpoint_step,
     execute_run,
@@ -207,14 +208,7 @@ def run_comparison(
     config_path = Path(config_path) if config_path is not None else path
     output_dir = Path(output_dir)
     base = load_config(preset, config_path, overrides)
-    configs: dict[tuple[str, int], Config] = {}
-    for algo in algos:  # every combination is checked before anything trains
-        name, own = parse_variant(algo)
-        a = ALGORITHMS.get(name)
-        for s in seed_list:
-            cfg = load_config(preset, config_path, [*overrides, *own, f"algorithm.name={name}", f"run.seed={s}"])
-            derive(cfg, shares_pool=a.shares_pool, rollout_multiplier=a.rollout_multiplier, needs_groups=True)
-            configs[algo, s] = cfg
+    configs = _run_configs(preset, config_path, overrides, algos, seed_list)
     _check_models(base)
     command = command or default_command(preset, config_path, algos, seed_list, overrides, output_dir, paired_with)
 
@@ -240,7 +234,6 @@ def run_comparison(
         if keep_checkpoints == "none" and remove_checkpoints(plan.run_dir):
             log(f"    removed the checkpoints of {plan.run_dir} (--keep-checkpoints none)")
     wall = time.perf_counter() - start
-
     meta = {
         "command": command, "preset": preset, "config_path": str(config_path) if config_path else None,
         "overrides": overrides, "algorithms": algos, "seeds": seed_list, "wall_s": wall,
@@ -248,8 +241,27 @@ def run_comparison(
     }
     if paired_with is not None:
         meta["baselines"] = paired_with
-    data = outputs_data(outcomes, base)
-    summary = summarize(base, meta, outcomes, data)
+    return write_report(base, meta, outcomes, output_dir)
+
+
+def _run_configs(preset: str | None, config_path: Path | None, overrides: list[str], algos: list[str],
+                 seeds: list[int]) -> dict[tuple[str, int], Config]:
+    """Every run's config, algorithm × seed, each loaded and derived, so that any bad combination fails
+    before anything trains."""
+    configs: dict[tuple[str, int], Config] = {}
+    for algo in algos:
+        name, own = parse_variant(algo)
+        a = ALGORITHMS.get(name)
+        for s in seeds:
+            cfg = load_config(preset, config_path, [*overrides, *own, f"algorithm.name={name}", f"run.seed={s}"])
+            derive(cfg, shares_pool=a.shares_pool, rollout_multiplier=a.rollout_multiplier, needs_groups=True)
+            configs[algo, s] = cfg
+    return configs
+
+
+def write_report(base: Config, meta: dict[str, Any], outcomes: list[RunOutcome], output_dir: Path) -> Path:
+    """summary.json, plots/ and report.md of the finished ``outcomes``; returns the path of report.md."""
+    summary = summarize(base, meta, outcomes, outputs_data(outcomes, base))
     plots = write_plots(summary, output_dir / "plots")
     summary["plots"] = [str(p.relative_to(output_dir)) for p in plots]
     output_dir.mkdir(parents=True, exist_ok=True)
