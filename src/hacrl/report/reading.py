@@ -70,66 +70,8 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
     paragraphs = []
     for algo, diag in summary["diagnostics"].items():
         window_of = summary.get("windows", {}).get(algo, {})
-        delta = window_of.get("delta", summary.get("delta"))
-        fracs = {a: d["in_window_frac"] for a, d in diag.items() if d["in_window_frac"] is not None}
-        sentences = []
-        if not fracs:
-            sentences.append(f"{algo} shares the pool but its loss does not log cross-answer ratios, so "
-                             f"how much the other agents' answers counted cannot be read from the metrics.")
-        else:
-            overall = sum(fracs.values()) / len(fracs)
-            lowers = [d.get("window_lower") for d in diag.values() if d.get("window_lower") is not None]
-            if window_of.get("adaptive") and lowers:
-                window = (f"the adaptive clip window [ℓ_m, 1] (ℓ_0 between {min(lowers):.2f} and {max(lowers):.2f} "
-                          f"on average, at most {1 - delta:g})")
-            elif delta is not None:
-                window = f"the clip window [ℓ_m, 1] (ℓ_0 = {1 - delta:g})"
-            else:
-                window = "the clip window"
-            if overall < 0.005:
-                sentences.append(f"No cross answer fell inside {window}: {algo} acted like GSPO (answers "
-                                 f"outside the window are clipped and give no gradient).")
-            elif overall < 0.1:
-                sentences.append(f"Only {overall:.0%} of cross answers fell inside {window}: {algo} acted "
-                                 f"almost like GSPO (answers outside the window are clipped and give no "
-                                 f"gradient).")
-            elif overall < 0.5:
-                sentences.append(f"{overall:.0%} of cross answers fell inside {window}: the shared pool "
-                                 f"contributed part of {algo}'s updates.")
-            else:
-                sentences.append(f"Most cross answers ({overall:.0%}) fell inside {window}: {algo}'s "
-                                 f"learners did learn from each other's answers.")
-            for agent, d in diag.items():
-                inside, below, above = d["in_window_frac"], d["below_window_frac"], d["above_window_frac"]
-                ratio = d["cross_ratio_mean"]
-                if None in (inside, below, above, ratio) or max(below, above) <= 0.05:
-                    continue
-                side = ("below it (the learner finds the others' answers less likely than their authors "
-                        "did)" if below >= above else "above it (the learner finds the others' answers more "
-                        "likely than their authors did)")
-                sentences.append(f"{agent}: {inside:.0%} inside, {below:.0%} below, {above:.0%} above the "
-                                 f"window, mean cross ratio {ratio:.2f}; the clipped ones were mostly "
-                                 f"{side}.")
-        algorithm = algorithm_of(algo)
-        in_baseline = algorithm.advantage == "hacpo" and algorithm.capability_aware
-        in_update = algorithm.loss == "hacpo" and algorithm.use_omega
-        omegas = [(a, o, v["mean"]) for a, d in diag.items() for o, v in d["omega"].items()
-                  if v["mean"] is not None]
-        if omegas:
-            a, o, w = max(omegas, key=lambda x: abs(math.log(max(x[2], 1e-12))))
-            if not (in_baseline or in_update):
-                sentences.append(f"ω is logged but {algo} does not use it.")
-            elif abs(math.log(max(w, 1e-12))) < math.log(1.1):
-                sentences.append("ω stayed near 1: the agents were judged equally capable, so the capability "
-                                 "weighting changed little.")
-            else:
-                ahead, behind, factor = (a, o, w) if w > 1 else (o, a, 1 / w)
-                effects = ((f"weighted {ahead}'s answers up by about that factor in its update", in_update),
-                           (f"scaled {ahead}'s rewards down by it in its baseline", in_baseline))
-                uses = " and ".join(text for text, on in effects if on)
-                sentences.append(f"ω({a}→{o}) averaged {w:.2f} over the steps: {ahead} was judged about "
-                                 f"{factor:.1f}× as capable as {behind}, so {behind} {uses}.")
-        paragraphs.append(" ".join(sentences))
+        sentences = _window_reading(algo, diag, window_of, window_of.get("delta", summary.get("delta")))
+        paragraphs.append(" ".join(sentences + _omega_reading(algo, diag)))
 
     baselines = summary.get("baselines", [])
     results = summary["results"]
@@ -144,6 +86,69 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
         paragraphs.append("Neither gspo nor gspo2x is in the comparison, so no paired differences were "
                           "computed.")
     return [p for p in paragraphs if p]
+
+
+def _window_reading(algo: str, diag: dict[str, Any], window_of: dict[str, Any], delta: float | None) -> list[str]:
+    """How much the other agents' answers counted: the share inside the cross window, and per learner where
+    more than 5% were clipped, on which side."""
+    fracs = {a: d["in_window_frac"] for a, d in diag.items() if d["in_window_frac"] is not None}
+    if not fracs:
+        return [(f"{algo} shares the pool but its loss does not log cross-answer ratios, so "
+                f"how much the other agents' answers counted cannot be read from the metrics.")]
+    overall = sum(fracs.values()) / len(fracs)
+    lowers = [d.get("window_lower") for d in diag.values() if d.get("window_lower") is not None]
+    if window_of.get("adaptive") and lowers:
+        window = (f"the adaptive clip window [ℓ_m, 1] (ℓ_0 between {min(lowers):.2f} and {max(lowers):.2f} "
+                  f"on average, at most {1 - delta:g})")
+    elif delta is not None:
+        window = f"the clip window [ℓ_m, 1] (ℓ_0 = {1 - delta:g})"
+    else:
+        window = "the clip window"
+    if overall < 0.005:
+        sentences = [(f"No cross answer fell inside {window}: {algo} acted like GSPO (answers "
+                     f"outside the window are clipped and give no gradient).")]
+    elif overall < 0.1:
+        sentences = [(f"Only {overall:.0%} of cross answers fell inside {window}: {algo} acted "
+                     f"almost like GSPO (answers outside the window are clipped and give no gradient).")]
+    elif overall < 0.5:
+        sentences = [(f"{overall:.0%} of cross answers fell inside {window}: the shared pool "
+                     f"contributed part of {algo}'s updates.")]
+    else:
+        sentences = [(f"Most cross answers ({overall:.0%}) fell inside {window}: {algo}'s "
+                     f"learners did learn from each other's answers.")]
+    for agent, d in diag.items():
+        inside, below, above = d["in_window_frac"], d["below_window_frac"], d["above_window_frac"]
+        ratio = d["cross_ratio_mean"]
+        if None in (inside, below, above, ratio) or max(below, above) <= 0.05:
+            continue
+        side = ("below it (the learner finds the others' answers less likely than their authors "
+                "did)" if below >= above else "above it (the learner finds the others' answers more "
+                "likely than their authors did)")
+        sentences.append(f"{agent}: {inside:.0%} inside, {below:.0%} below, {above:.0%} above the "
+                         f"window, mean cross ratio {ratio:.2f}; the clipped ones were mostly {side}.")
+    return sentences
+
+
+def _omega_reading(algo: str, diag: dict[str, Any]) -> list[str]:
+    """What the capability ratio ω did: unused, near 1, or the largest one and where the algorithm uses it."""
+    algorithm = algorithm_of(algo)
+    in_baseline = algorithm.advantage == "hacpo" and algorithm.capability_aware
+    in_update = algorithm.loss == "hacpo" and algorithm.use_omega
+    omegas = [(a, o, v["mean"]) for a, d in diag.items() for o, v in d["omega"].items() if v["mean"] is not None]
+    if not omegas:
+        return []
+    a, o, w = max(omegas, key=lambda x: abs(math.log(max(x[2], 1e-12))))
+    if not (in_baseline or in_update):
+        return [f"ω is logged but {algo} does not use it."]
+    if abs(math.log(max(w, 1e-12))) < math.log(1.1):
+        return [("ω stayed near 1: the agents were judged equally capable, so the capability "
+                "weighting changed little.")]
+    ahead, behind, factor = (a, o, w) if w > 1 else (o, a, 1 / w)
+    effects = ((f"weighted {ahead}'s answers up by about that factor in its update", in_update),
+               (f"scaled {ahead}'s rewards down by it in its baseline", in_baseline))
+    uses = " and ".join(text for text, on in effects if on)
+    return [(f"ω({a}→{o}) averaged {w:.2f} over the steps: {ahead} was judged about "
+            f"{factor:.1f}× as capable as {behind}, so {behind} {uses}.")]
 
 
 def _accuracy_reading(summary: dict[str, Any]) -> str:
