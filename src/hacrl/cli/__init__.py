@@ -24,10 +24,10 @@ import sys
 from pathlib import Path
 
 from hacrl.cli.eval import add_eval_parser, cmd_eval
+from hacrl.cli.plan import add_plan_parser, cmd_plan
 from hacrl.cli.train import _resolve_resume, add_train_parser, cmd_train  # noqa: F401 (_resolve_resume: tests)
 from hacrl.config import preset_names, preset_text
 from hacrl.errors import DiskFull, InputError
-from hacrl.plan import add_plan_parser, cmd_plan
 from hacrl.report.compare_cli import add_compare_parser, cmd_compare
 from hacrl.trainer.files import as_disk_full
 
