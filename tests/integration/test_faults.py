@@ -109,3 +109,32 @@ def test_a_run_killed_before_its_first_checkpoint_names_the_way_out(tmp_path, ca
     assert command.endswith(f"--output {out} --overwrite")
     assert main([*shlex.split(command)[1:], "-q"]) == 0  # takes over the dead process's lock
     assert [p.name for p in complete_checkpoints(out / "checkpoints")] == ["step-000001"]
+
+
+def test_a_compare_run_killed_from_outside_keeps_the_time_it_spent(tmp_path):
+    # compare.json is the run's cost record: a process killed with -9 cannot write at its end, so each step
+    # writes it; the resumed invocation adds its own time, and the report's wall time is the sum of both
+    out = tmp_path / "cmp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, "-m", "hacrl.cli", "compare", "--preset", "tiny-test", "--algos", "gspo", "--seeds", "1",
+            "--set", "trainer.steps=4", "--set", "trainer.checkpoint_every=2", "--set", "trainer.eval_size=20",
+            "--output", str(out)]
+    res = subprocess.run(args, capture_output=True, text=True, env={**env, "HACRL_FAILPOINT": "rollout@4"},
+                         timeout=300)
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    run = out / "runs" / "gspo" / "seed-0"
+    cut = json.loads((run / "compare.json").read_text())
+    (first,) = cut["invocations"]
+    assert (first["status"], first["from_step"], first["to_step"]) == ("cut short", 0, 3)
+    assert first["wall_s"] > 0 and cut["wall_s"] == first["wall_s"]
+
+    res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "resuming from step 2 of 4" in res.stdout
+    done = json.loads((run / "compare.json").read_text())
+    assert done["invocations"][0] == first  # the cut-short one is kept as it was written
+    second = done["invocations"][1]
+    assert (second["status"], second["from_step"], second["to_step"]) == ("resumed", 2, 4)
+    assert done["wall_s"] == pytest.approx(first["wall_s"] + second["wall_s"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"][0]["wall_s"] == pytest.approx(done["wall_s"])

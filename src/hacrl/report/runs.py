@@ -216,6 +216,7 @@ def _train_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps:
     else:
         log(f"{label}: training {steps} steps")
     status = {"resume": "resumed", "restart": "restarted", "train": "trained"}[plan.action]
+    from_step = checkpoint_step(resume_from) if resume_from else 0
     start = time.perf_counter()
     try:
         trainer = Trainer(plan.cfg, run_dir, resume_from=resume_from)
@@ -224,19 +225,27 @@ def _train_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps:
             remove_run(run_dir)
         raise
 
-    def on_step(step: int, metrics: dict[str, float]) -> None:
-        # an asynchronous run logs one agent's update per line: only the agents the line has
-        ids = [a for a in trainer.agent_ids if f"agent/{a}/reward" in metrics] or trainer.agent_ids
-        rewards = "  ".join(f"{a} {metrics.get(f'agent/{a}/reward', float('nan')):.2f}" for a in ids)
-        log(f"    step {step}/{steps}  reward {rewards}")
+    def save(how: str) -> dict[str, Any]:
+        """compare.json with this invocation's time so far added to the earlier ones'."""
+        wall = time.perf_counter() - start
+        this_time = {"status": how, "from_step": from_step, "to_step": trainer.step_idx, "wall_s": wall}
+        saved = {"wall_s": (record.get("wall_s") or 0.0) + wall, "algorithm": algo, "seed": seed,
+                 "invocations": [*record.get("invocations", []), this_time]}
+        _write_record(run_dir, saved)
+        return saved
 
-    result = trainer.train(progress=on_step if log_steps else None)
-    wall = time.perf_counter() - start
-    this_time = {"status": status, "from_step": checkpoint_step(resume_from) if resume_from else 0,
-                 "to_step": trainer.step_idx, "wall_s": wall}
-    record = {"wall_s": (record.get("wall_s") or 0.0) + wall, "algorithm": algo, "seed": seed,
-              "invocations": [*record.get("invocations", []), this_time]}
-    _write_record(run_dir, record)
+    def on_step(step: int, metrics: dict[str, float]) -> None:
+        # after every step, so that a process killed from outside (no chance to write) has its time counted
+        # up to its last step; "cut short" stays only if this invocation never ends
+        save("cut short")
+        if log_steps:  # an asynchronous run logs one agent's update per line: only the agents the line has
+            ids = [a for a in trainer.agent_ids if f"agent/{a}/reward" in metrics] or trainer.agent_ids
+            rewards = "  ".join(f"{a} {metrics.get(f'agent/{a}/reward', float('nan')):.2f}" for a in ids)
+            log(f"    step {step}/{steps}  reward {rewards}")
+
+    result = trainer.train(progress=on_step)
+    record = save(status)
+    wall = record["invocations"][-1]["wall_s"]
     if result["stopped"]:
         log(f"{label}: stopped at step {trainer.step_idx}; run the same command again to resume")
         raise KeyboardInterrupt
