@@ -446,3 +446,24 @@ def test_a_config_file_layers_on_the_preset_as_in_train(tmp_path, capsys):
 
     cmd = default_command("tiny-test", mine, ["hacpo"], [0], [], out)
     assert cmd.startswith(f"hacrl compare --preset tiny-test --config {mine} --algos hacpo")
+
+
+def test_a_wall_time_below_the_phases_is_counted_as_the_phases_and_marked(comparison, tiny_models, tmp_path):
+    # a record that missed an invocation (killed before compare.json was kept after every step) has less wall
+    # time than the run's own phase timings: the cost counts that run's phases, and both tables say so
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+    short = out / "runs/gspo/seed-1/compare.json"
+    short.write_text(json.dumps({**json.loads(short.read_text()), "wall_s": 1e-3}))
+    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lambda _: None, report_only=True)
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {(r["algorithm"], r["seed"]): r for r in summary["runs"]}
+    assert [k for k, r in rows.items() if r["wall_short"]] == [("gspo", 1)]
+    gspo, hacpo = summary["cost"]["gspo"], summary["cost"]["hacpo"]
+    assert (gspo["wall_measured"], gspo["walls_measured"], gspo["runs"]) == (False, 1, 2)
+    assert gspo["wall_s"][0] == pytest.approx((rows["gspo", 0]["wall_s"] + rows["gspo", 1]["phase_s"]) / 2)
+    assert hacpo["wall_measured"] and hacpo["wall_s"][0] == pytest.approx(
+        (rows["hacpo", 0]["wall_s"] + rows["hacpo", 1]["wall_s"]) / 2)
+    text = (out / "report.md").read_text()
+    assert "(1 of 2 runs: phases)" in text and " 0.0 (part) | " in text and "*(part)*: the recorded wall" in text

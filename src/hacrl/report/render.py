@@ -217,7 +217,7 @@ def _cost_section(s: dict[str, Any]) -> list[str]:
     for algo, c in s["cost"].items():
         measured = c["wall_measured"] and c["wall_s"][0] is not None
         other = c["wall_s"][0] - c["phase_s"][0] if measured else None
-        cells = [algo, _pm(*c["wall_s"], ".1f") + ("" if c["wall_measured"] else " (phases only)"),
+        cells = [algo, _pm(*c["wall_s"], ".1f") + _wall_mark(c),
                  _pm(*c["phase_s"], ".1f"), _pm(*c["rollout_s"], ".1f"), _pm(*c["update_s"], ".1f"),
                  _f(other, ".1f")]
         if (s.get("pace") or {}).get(algo, {}).get("mode", "lockstep") != "lockstep":
@@ -225,6 +225,14 @@ def _cost_section(s: dict[str, Any]) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, "", ("*training phases*: the sum of the trainer's `timing/*` over steps; *other*: wall − "
                          "phases (model loading, evaluation, checkpoints)."), ""]
+
+
+def _wall_mark(c: dict[str, Any]) -> str:
+    """Which runs' wall time is their phases' sum (no whole record of it): all, some, or none."""
+    if c["wall_measured"]:
+        return ""
+    some = c.get("walls_measured", 0)  # summaries from before this count say only "not all"
+    return " (phases only)" if not some else f" ({c['runs'] - some} of {c['runs']} runs: phases)"
 
 
 def _diagnostics_section(s: dict[str, Any]) -> list[str]:
@@ -267,8 +275,13 @@ def _runs_section(s: dict[str, Any]) -> list[str]:
     for r in s["runs"]:
         lines.append(f"| {r['algorithm']} | {r['seed']} | {r['status']} | "
                      + " | ".join(_f(r["final"][a]) for a in s["agents"])
-                     + f" | {_f(r['wall_s'], '.1f')} | `{r['dir']}` |")
-    return [*lines, ""]
+                     + f" | {_f(r['wall_s'], '.1f')}{' (part)' if r.get('wall_short') else ''} | `{r['dir']}` |")
+    lines.append("")
+    if any(r.get("wall_short") for r in s["runs"]):
+        lines += [("*(part)*: the recorded wall time is below the run's phase times, so its record misses an "
+                   "invocation (one killed before compare.json was written after every step); the cost table "
+                   "counts this run's phases instead."), ""]
+    return lines
 
 
 def render_report(summary: dict[str, Any]) -> str:

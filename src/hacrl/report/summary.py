@@ -119,25 +119,30 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
 
 
 def _run_row(d: RunData, o: RunOutcome, agent_ids: list[str], steps: int) -> dict[str, Any]:
-    """One run's line of the summary: its status, start and final accuracy per agent, wall and phase seconds."""
+    """One run's line of the summary: its status, start and final accuracy per agent, wall and phase seconds.
+    ``wall_short``: the recorded wall time is below the phases' sum, so it misses an invocation (one killed
+    before compare.json was written after every step): the cost then counts the phases."""
+    phases = sum(_phase_seconds(m) for m in d.metrics.values())
     return {
         "algorithm": d.algo, "seed": d.seed, "dir": str(o.run_dir), "status": o.status,
         "start": {a: d.evals.get((0, a)) for a in agent_ids},
         "final": {a: d.evals.get((steps, a)) for a in agent_ids},
-        "wall_s": o.wall_s, "phase_s": sum(_phase_seconds(m) for m in d.metrics.values()),
+        "wall_s": o.wall_s, "phase_s": phases, "wall_short": o.wall_s is not None and o.wall_s < phases,
         "rollout_s": sum(m.get("timing/rollout", 0.0) for m in d.metrics.values()),
         "update_s": sum(_update_seconds(m) for m in d.metrics.values()),
     }
 
 
 def _cost_of(rs: list[dict[str, Any]]) -> dict[str, Any]:
-    """An algorithm's cost over its runs (mean, sd); a run without a measured wall time counts its phases."""
-    walls = [r["wall_s"] if r["wall_s"] is not None else r["phase_s"] for r in rs]
+    """An algorithm's cost over its runs (mean, sd); a run without a whole measured wall time (none recorded,
+    or ``wall_short``) counts its phases."""
+    measured = [r["wall_s"] is not None and not r["wall_short"] for r in rs]
+    walls = [r["wall_s"] if m else r["phase_s"] for r, m in zip(rs, measured, strict=True)]
     return {
         "wall_s": mean_sd(walls), "phase_s": mean_sd([r["phase_s"] for r in rs]),
         "rollout_s": mean_sd([r["rollout_s"] for r in rs]),
         "update_s": mean_sd([r["update_s"] for r in rs]),
-        "wall_measured": all(r["wall_s"] is not None for r in rs),
+        "wall_measured": all(measured), "walls_measured": sum(measured), "runs": len(rs),
     }
 
 
