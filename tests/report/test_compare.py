@@ -467,3 +467,27 @@ def test_a_wall_time_below_the_phases_is_counted_as_the_phases_and_marked(compar
         (rows["hacpo", 0]["wall_s"] + rows["hacpo", 1]["wall_s"]) / 2)
     text = (out / "report.md").read_text()
     assert "(1 of 2 runs: phases)" in text and " 0.0 (part) | " in text and "*(part)*: the recorded wall" in text
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # the stand-in draws nothing
+def test_a_curve_of_fewer_seeds_than_the_comparison_says_how_many(comparison, tmp_path, monkeypatch):
+    # --report-only with an algorithm still training: its curve is the mean of fewer seeds, and its legend
+    # entry says so (the figure's title gives the comparison's count)
+    from hacrl.report import plots
+
+    out, _, _ = comparison
+    summary = json.loads((out / "summary.json").read_text())
+    summary["results"]["qwen-char"]["gspo"]["final"]["by_seed"] = {"0": 0.5}  # seed 1 not finished
+    drawn = []
+    monkeypatch.setattr(plots, "draw_curves", lambda ax, *a, labels=None, **k: drawn.append(labels))
+    plots.write_plots(summary, tmp_path / "plots")
+    assert drawn[0] == drawn[1] == {"hacpo": "hacpo", "gspo": "gspo (1 seed)"}  # qwen-char, both panels
+    assert drawn[2] == {"hacpo": "hacpo", "gspo": "gspo"}  # llama-bpe: both seeds of both
+    monkeypatch.undo()
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    plots.draw_curves(ax, summary["results"]["qwen-char"], ["hacpo", "gspo"], {"hacpo": "C0", "gspo": "C1"},
+                      labels=drawn[0])
+    assert ax.get_legend_handles_labels()[1] == ["hacpo", "gspo (1 seed)"]
+    plt.close(fig)

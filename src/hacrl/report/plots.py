@@ -38,8 +38,13 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
     n_seeds = len(summary["seeds"])
     for agent, per_algo in summary["results"].items():
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-        draw_curves(axes[0], per_algo, algos, colors)
-        draw_curves(axes[1], per_algo, algos, colors, x="answers", xlabel=f"answers {agent} generated in training")
+        labels = {}  # an algorithm with fewer finished seeds than the comparison's says how many
+        for algo in algos:
+            n = sum(v is not None for v in per_algo[algo]["final"]["by_seed"].values())
+            labels[algo] = algo if n == n_seeds else f"{algo} ({n} seed{'s' if n != 1 else ''})"
+        draw_curves(axes[0], per_algo, algos, colors, labels=labels)
+        draw_curves(axes[1], per_algo, algos, colors, x="answers", xlabel=f"answers {agent} generated in training",
+                    labels=labels)
         axes[0].set_ylabel("held-out greedy accuracy")
         axes[0].legend()
         fig.suptitle(f"{agent}: mean over {n_seeds} seed{'s' if n_seeds != 1 else ''}"
@@ -82,15 +87,16 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
 
 
 def draw_curves(ax: Any, per_algo: dict[str, Any], algos: list[str], colors: dict[str, str], *,
-                x: str = "steps", xlabel: str = "training step") -> None:
+                x: str = "steps", xlabel: str = "training step", labels: dict[str, str] | None = None) -> None:
     """One agent's held-out accuracy curves on ``ax``: for each of ``algos``, the mean over seeds of
     ``per_algo[algo]["curve"]`` (summary.json's ``results.<agent>.<algo>.curve``) against ``x`` ("steps" or
-    "answers", the answers the agent generated), with a band of ± one sd over seeds, in ``colors[algo]``."""
+    "answers", the answers the agent generated), with a band of ± one sd over seeds, in ``colors[algo]``,
+    named ``labels[algo]`` (default: the algorithm)."""
     from matplotlib.ticker import MaxNLocator
 
     for algo in algos:
         if x in per_algo[algo]["curve"]:  # a summary from before the cost axis has steps only
-            _band(ax, per_algo[algo]["curve"], algo, colors[algo], 0.0, 1.0, x=x)
+            _band(ax, per_algo[algo]["curve"], (labels or {}).get(algo, algo), colors[algo], 0.0, 1.0, x=x)
     values = [v for algo in algos for v in per_algo[algo]["curve"]["mean"] if v is not None]
     if values and max(values) - min(values) < 1e-9:  # flat curves: show the whole [0, 1] range
         ax.set_ylim(-0.02, 1.02)
