@@ -491,3 +491,33 @@ def test_a_curve_of_fewer_seeds_than_the_comparison_says_how_many(comparison, tm
                       labels=drawn[0])
     assert ax.get_legend_handles_labels()[1] == ["hacpo", "gspo (1 seed)"]
     plt.close(fig)
+
+
+def test_a_run_another_process_is_training_is_named_before_anything_trains(comparison, tiny_models, tmp_path):
+    # side-by-side lanes (one compare per algorithm or seed into one output): a full compare started meanwhile
+    # stops at once with the run and its holder, rather than after hours at that run; --dry-run marks it
+    import os
+    import socket
+
+    from hacrl.trainer.rundir import RunLock, lock_holder
+
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+    shutil.rmtree(out / "runs/gspo/seed-1")
+    busy = out / "runs/gspo/seed-1"
+    assert lock_holder(busy) is None  # no directory yet
+    before = {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file()}
+    lines: list[str] = []
+    with RunLock(busy):
+        me = f"pid {os.getpid()} on {socket.gethostname()}"
+        assert lock_holder(busy) == me
+        with pytest.raises(ConfigError, match=rf"runs/gspo/seed-1 is being trained by another hacrl process "
+                                              rf"\({me}\); wait for it, or leave gspo seed 1 out"):
+            run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append)
+        assert not any(": trained in" in line or "resumed" in line for line in lines)
+        run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append, dry_run=True)
+        assert f"[4/4] gspo seed 1: train 2 steps (being trained now by {me})" in lines
+        assert "[2/4] gspo seed 0: finished: reused" in lines  # a finished run is not probed
+    assert lock_holder(busy) is None  # released
+    assert {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file() and p.parent != busy} == before

@@ -47,6 +47,7 @@ from hacrl.report.runs import (
 )
 from hacrl.report.summary import summarize
 from hacrl.trainer.files import write_atomic
+from hacrl.trainer.rundir import lock_holder
 
 # ---- argument checks --------------------------------------------------------------------------------
 
@@ -221,10 +222,18 @@ def run_comparison(
         f"in {output_dir}: {len(plans)} runs ({', '.join(f'{n} to {a}' for a, n in counts.items() if n)})")
     if dry_run and report_only:
         raise ConfigError("compare: --dry-run and --report-only together; give one")
+    # a run another process is training (one compare per algorithm or seed, side by side): said before anything
+    # trains, not hours later when this invocation reaches it
+    busy = {(p.algo, p.seed): holder for p in plans if p.action != "reuse" and (holder := lock_holder(p.run_dir))}
     if dry_run:
-        for line in plan_lines(plans):
+        for line in plan_lines(plans, busy):
             log(line)
         return None
+    if busy and not report_only:
+        (algo, seed), holder = next(iter(busy.items()))
+        raise ConfigError(f"compare: {output_dir / 'runs' / algo / f'seed-{seed}'} is being trained by another "
+                          f"hacrl process ({holder}); wait for it, or leave {algo} seed {seed} out of "
+                          f"--algos/--seeds (--dry-run lists every run's state)")
     if report_only:
         plans = finished_only(plans, algos, output_dir, log)
     start = time.perf_counter()
@@ -287,14 +296,34 @@ def finished_only(plans: Sequence[RunPlan], algos: Sequence[str], output_dir: Pa
     return kept
 
 
-def plan_lines(plans: Sequence[RunPlan]) -> list[str]:
-    """One line per run saying what compare would do with it, then the estimated time left: each unfinished
-    run's remaining steps at the measured seconds per step of this algorithm's finished runs."""
+def seconds_per_step(record: dict[str, Any], steps: int) -> float | None:
+    """A finished run's measured seconds per step, from its compare.json: the invocations' time over the steps
+    they covered (a record that lost an invocation still gives the rate of the ones it kept), else its total
+    over ``steps``; None without a measured time.
+
+    >>> seconds_per_step({"wall_s": 3000.0, "invocations": [{"from_step": 20, "to_step": 30, "wall_s": 3000.0}]},
+    ...                  30)
+    300.0
+    >>> seconds_per_step({"wall_s": 600.0}, 30)
+    20.0
+    """
+    kept = [i for i in record.get("invocations") or []
+            if i.get("wall_s") and int(i.get("to_step") or 0) > int(i.get("from_step") or 0)]
+    if kept:
+        return sum(float(i["wall_s"]) for i in kept) / sum(int(i["to_step"]) - int(i["from_step"]) for i in kept)
+    wall = record.get("wall_s")
+    return float(wall) / steps if wall and steps else None
+
+
+def plan_lines(plans: Sequence[RunPlan], busy: dict[tuple[str, int], str] | None = None) -> list[str]:
+    """One line per run saying what compare would do with it (``busy``: (algo, seed) → the process training it
+    now), then the estimated time left: each unfinished run's remaining steps at the measured seconds per step
+    of this algorithm's finished runs."""
     per_step: dict[str, list[float]] = {}
     for p in plans:
-        wall = read_record(p.run_dir).get("wall_s") if p.action == "reuse" else None
-        if wall:
-            per_step.setdefault(p.algo, []).append(wall / p.cfg.trainer.steps)
+        rate = seconds_per_step(read_record(p.run_dir), p.cfg.trainer.steps) if p.action == "reuse" else None
+        if rate:
+            per_step.setdefault(p.algo, []).append(rate)
     lines, left, unknown = [], 0.0, []
     for i, p in enumerate(plans, 1):
         steps = p.cfg.trainer.steps
@@ -302,7 +331,9 @@ def plan_lines(plans: Sequence[RunPlan]) -> list[str]:
         what = {"reuse": "finished: reused", "resume": f"resume from step {done} of {steps}",
                 "restart": f"restart from scratch ({steps} steps; no complete checkpoint)",
                 "train": f"train {steps} steps"}[p.action]
-        lines.append(f"[{i}/{len(plans)}] {p.algo} seed {p.seed}: {what}")
+        holder = (busy or {}).get((p.algo, p.seed))
+        lines.append(f"[{i}/{len(plans)}] {p.algo} seed {p.seed}: {what}"
+                     + (f" (being trained now by {holder})" if holder else ""))
         if p.action != "reuse":
             rates = per_step.get(p.algo)
             if rates:

@@ -172,6 +172,27 @@ class RunLock:
         self.release()
 
 
+def lock_holder(run_dir: Path) -> str | None:
+    """Who holds ``run_dir``'s lock now ("pid N on HOST"; "holder unknown" when the file names none), or None
+    when no live process does (no lock file, a released one, one left by a process that died, a filesystem
+    without file locks). Only reads: a probe that finds the lock free drops it at once."""
+    import fcntl
+
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read_holder(fd) or "holder unknown"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # closing the descriptor drops the probe's lock
+    return None
+
+
 def _read_holder(fd: int) -> str:
     try:
         return os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
