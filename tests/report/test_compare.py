@@ -521,3 +521,24 @@ def test_a_run_another_process_is_training_is_named_before_anything_trains(compa
         assert "[2/4] gspo seed 0: finished: reused" in lines  # a finished run is not probed
     assert lock_holder(busy) is None  # released
     assert {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file() and p.parent != busy} == before
+
+
+def test_the_reading_says_when_a_pair_has_fewer_seeds_than_the_comparison():
+    # --report-only while a baseline's seed still trains: the pair is over the seeds both finished, and the
+    # reading's every mention of that pair says how many (a claim as strong as its seeds)
+    from hacrl.report.reading import automatic_reading
+
+    def st(mean, lo, hi, seeds):
+        iv = {"mean": mean, "lo": lo, "hi": hi, "includes_zero": lo <= 0 <= hi}
+        return {"mean": mean, "p": 0.01, "seeds": seeds, "interval": iv}
+
+    summary = {"diagnostics": {}, "baselines": ["gspo", "slow"], "algorithms": ["hacpo", "gspo", "slow"],
+               "seeds": [0, 1, 2], "runs_with_problem_records": 6,
+               "results": {"a": {"hacpo": {"final": {"mean": 0.6}, "vs": {"gspo": st(0.1, 0.05, 0.15, [0, 1, 2]),
+                                                                         "slow": st(0.2, 0.1, 0.3, [0, 1])}},
+                                 "gspo": {"final": {"mean": 0.5}, "vs": {}},
+                                 "slow": {"final": {"mean": 0.4}, "vs": {}}}}}
+    (text,) = automatic_reading(summary)
+    assert "+0.200 vs slow (95% interval [+0.100, +0.300]; t-test p = 0.01; 2 of 3 seeds)" in text
+    assert "+0.100 vs gspo (95% interval [+0.050, +0.150]; t-test p = 0.01)" in text
+    assert "hacpo vs slow on a (+0.200, 2 of 3 seeds)" in text and "hacpo vs gspo on a (+0.100)" in text

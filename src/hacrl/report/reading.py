@@ -170,14 +170,16 @@ def _accuracy_reading(summary: dict[str, Any]) -> str:
                 p = f"p = {st['p']:.2g}" if st["p"] is not None else "no test"
                 tested |= st["p"] is not None
                 iv, what = st.get("interval"), f"{algo} vs {b} on {agent}"
+                k = len(st.get("seeds") or [])  # a pair finished on fewer seeds than the comparison says so
+                fewer = f"; {k} of {n} seeds" if 0 < k < n else ""
                 if iv:
                     cells.append(f"{iv['mean']:+.3f} vs {b} (95% interval [{iv['lo']:+.3f}, {iv['hi']:+.3f}]"
-                                 f"{', includes 0' if iv['includes_zero'] else ''}; t-test {p})")
+                                 f"{', includes 0' if iv['includes_zero'] else ''}; t-test {p}{fewer})")
                 else:
-                    cells.append(f"{st['mean']:+.3f} vs {b} ({p})")
-                claims[mark(st)].append(f"{what} ({(iv or st)['mean']:+.3f})")
+                    cells.append(f"{st['mean']:+.3f} vs {b} ({p}{fewer})")
+                claims[mark(st)].append(f"{what} ({(iv or st)['mean']:+.3f}{fewer.replace(';', ',')})")
                 if st["p"] is not None and st["p"] < 0.05:
-                    significant[what] = f"{what} ({st['mean']:+.3f})"
+                    significant[what] = f"{what} ({st['mean']:+.3f}{fewer.replace(';', ',')})"
                     if mark(st) == "≈":
                         significant[what] += " *"  # significant by the t-test, interval includes 0
             if cells:
