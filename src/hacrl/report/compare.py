@@ -306,10 +306,13 @@ def seconds_per_step(record: dict[str, Any], steps: int) -> float | None:
     300.0
     >>> seconds_per_step({"wall_s": 600.0}, 30)
     20.0
+    >>> seconds_per_step({"wall_s": 600.0, "invocations": [{"from_step": 0, "to_step": 60, "wall_s": 600.0}]}, 30)
+    20.0
     """
     kept = [i for i in record.get("invocations") or []
             if i.get("wall_s") and int(i.get("to_step") or 0) > int(i.get("from_step") or 0)]
-    if kept:
+    # an asynchronous run's to_step counts every agent's updates, not steps: its total over the steps then
+    if kept and max(int(i["to_step"]) for i in kept) <= steps:
         return sum(float(i["wall_s"]) for i in kept) / sum(int(i["to_step"]) - int(i["from_step"]) for i in kept)
     wall = record.get("wall_s")
     return float(wall) / steps if wall and steps else None
