@@ -542,3 +542,25 @@ def test_the_reading_says_when_a_pair_has_fewer_seeds_than_the_comparison():
     assert "+0.200 vs slow (95% interval [+0.100, +0.300]; t-test p = 0.01; 2 of 3 seeds)" in text
     assert "+0.100 vs gspo (95% interval [+0.050, +0.150]; t-test p = 0.01)" in text
     assert "hacpo vs slow on a (+0.200, 2 of 3 seeds)" in text and "hacpo vs gspo on a (+0.100)" in text
+
+
+def test_a_stopped_run_is_recorded_as_stopped_and_resumes(tiny_models, tmp_path):
+    # SIGTERM (a scheduler's preemption) in step 1 of 2: the step finishes, a checkpoint is written, the record
+    # says "stopped" at step 1, and the same command resumes it to the end
+    import os
+    import signal
+
+    out = tmp_path / "cmp"
+
+    def log(line):
+        if "step 1/2" in line:
+            os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler asks for a stop after this step
+
+    with pytest.raises(KeyboardInterrupt):
+        run_comparison("tiny-test", "gspo", 1, _overrides(tiny_models), out, log=log, log_steps=True)
+    record = json.loads((out / "runs/gspo/seed-0/compare.json").read_text())
+    assert [(i["status"], i["from_step"], i["to_step"]) for i in record["invocations"]] == [("stopped", 0, 1)]
+    run_comparison("tiny-test", "gspo", 1, _overrides(tiny_models), out, log=lambda _: None)
+    record = json.loads((out / "runs/gspo/seed-0/compare.json").read_text())
+    assert [(i["status"], i["from_step"], i["to_step"]) for i in record["invocations"]] == [
+        ("stopped", 0, 1), ("resumed", 1, 2)]

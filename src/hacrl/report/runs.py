@@ -244,7 +244,7 @@ def _train_run(plan: RunPlan, label: str, log: Callable[[str], None], log_steps:
             log(f"    step {step}/{steps}  reward {rewards}")
 
     result = trainer.train(progress=on_step)
-    record = save(status)
+    record = save("stopped" if result["stopped"] else status)  # stopped: Ctrl-C or SIGTERM, resumable
     wall = record["invocations"][-1]["wall_s"]
     if result["stopped"]:
         log(f"{label}: stopped at step {trainer.step_idx}; run the same command again to resume")
