@@ -171,15 +171,16 @@ def _accuracy_reading(summary: dict[str, Any]) -> str:
                 tested |= st["p"] is not None
                 iv, what = st.get("interval"), f"{algo} vs {b} on {agent}"
                 k = len(st.get("seeds") or [])  # a pair finished on fewer seeds than the comparison says so
-                fewer = f"; {k} of {n} seeds" if 0 < k < n else ""
+                seeds = f"{k} of {n} seeds" if 0 < k < n else ""
                 if iv:
                     cells.append(f"{iv['mean']:+.3f} vs {b} (95% interval [{iv['lo']:+.3f}, {iv['hi']:+.3f}]"
-                                 f"{', includes 0' if iv['includes_zero'] else ''}; t-test {p}{fewer})")
+                                 f"{', includes 0' if iv['includes_zero'] else ''}; t-test {p}"
+                                 f"{'; ' + seeds if seeds else ''})")
                 else:
-                    cells.append(f"{st['mean']:+.3f} vs {b} ({p}{fewer})")
-                claims[mark(st)].append(f"{what} ({(iv or st)['mean']:+.3f}{fewer.replace(';', ',')})")
+                    cells.append(f"{st['mean']:+.3f} vs {b} ({p}{'; ' + seeds if seeds else ''})")
+                claims[mark(st)].append(f"{what} ({(iv or st)['mean']:+.3f}{', ' + seeds if seeds else ''})")
                 if st["p"] is not None and st["p"] < 0.05:
-                    significant[what] = f"{what} ({st['mean']:+.3f}{fewer.replace(';', ',')})"
+                    significant[what] = f"{what} ({st['mean']:+.3f}{', ' + seeds if seeds else ''})"
                     if mark(st) == "≈":
                         significant[what] += " *"  # significant by the t-test, interval includes 0
             if cells:
