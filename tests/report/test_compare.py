@@ -436,7 +436,13 @@ def test_report_only_writes_the_report_from_the_finished_runs_and_trains_nothing
     hacpo = summary["results"]["qwen-char"]["hacpo"]
     assert sorted(hacpo["final"]["by_seed"]) == ["0", "1"]  # every finished run of hacpo is in the report
     assert hacpo["vs"]["gspo"]["seeds"] == [0]  # paired over the seeds both finished
-    assert (out / "report.md").exists()
+    # the report says which algorithm's mean is over fewer seeds than the comparison's, and which runs it lacks
+    rows = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| gspo | ")]
+    finals = [line.split(" | ")[2] for line in rows[:2]]  # the two agents' accuracy tables
+    assert finals and all(f.endswith(" (1 of 2 seeds)") for f in finals), finals
+    assert not any("of 2 seeds" in line for line in (out / "report.md").read_text().splitlines()
+                   if line.startswith("| hacpo | ") and "lock-step" not in line)
+    assert "`--report-only` trains them): gspo seed 1." in (out / "report.md").read_text()
     shutil.rmtree(out / "runs/gspo/seed-0")
     with pytest.raises(ConfigError, match=r"--report-only: no finished run of gspo in .*; drop it from --algos"):
         run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lambda _: None,

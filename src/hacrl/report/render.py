@@ -172,12 +172,23 @@ def _accuracy_table(s: dict[str, Any], per_algo: dict[str, Any], intervals: bool
     for algo, r in per_algo.items():
         cost = s["cost"][algo]["wall_s"]
         row = [algo, _pm(r["start"], r["start_sd"] or None),
-               _pm(r["final"]["mean"], r["final"]["sd"])]
+               _pm(r["final"]["mean"], r["final"]["sd"]) + _seeds_mark(r["final"]["by_seed"], len(s["seeds"]))]
         for b in s["baselines"]:
             row += list(_delta_cells(r["vs"].get(b))) + ([_interval_cell(r["vs"].get(b))] if intervals else [])
         row += [str(r["rollouts"]), _f(r["optimizer_updates"], ".0f"), _pm(cost[0], cost[1], ".1f")]
         lines.append("| " + " | ".join(row) + " |")
     return [*lines, ""]
+
+
+def _seeds_mark(by_seed: dict[Any, float | None], n: int) -> str:
+    """" (k of n seeds)" when fewer of an algorithm's runs reached the final evaluation than the comparison has
+    seeds (a --report-only report while some still train), else nothing.
+
+    >>> _seeds_mark({"0": 0.5, "1": None}, 4), _seeds_mark({"0": 0.5, "1": 0.6}, 2)
+    (' (1 of 4 seeds)', '')
+    """
+    k = sum(v is not None for v in by_seed.values())
+    return f" ({k} of {n} seed{'s' if n != 1 else ''})" if k < n else ""
 
 
 def _accuracy_section(s: dict[str, Any]) -> list[str]:
@@ -277,6 +288,13 @@ def _runs_section(s: dict[str, Any]) -> list[str]:
                      + " | ".join(_f(r["final"][a]) for a in s["agents"])
                      + f" | {_f(r['wall_s'], '.1f')}{' (part)' if r.get('wall_short') else ''} | `{r['dir']}` |")
     lines.append("")
+    listed = {(r["algorithm"], r["seed"]) for r in s["runs"]}
+    absent = {a: [seed for seed in s["seeds"] if (a, seed) not in listed] for a in s["algorithms"]}
+    if any(absent.values()):
+        lines += ["Not in this report (not finished when it was written; the same command without "
+                  "`--report-only` trains them): "
+                  + "; ".join(f"{a} seed{'s' if len(m) > 1 else ''} {', '.join(map(str, m))}"
+                              for a, m in absent.items() if m) + ".", ""]
     if any(r.get("wall_short") for r in s["runs"]):
         lines += [("*(part)*: the recorded wall time is below the run's phase times, so its record misses an "
                    "invocation (one killed before compare.json was written after every step); the cost table "
