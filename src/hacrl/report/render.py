@@ -181,8 +181,8 @@ def _accuracy_table(s: dict[str, Any], per_algo: dict[str, Any], intervals: bool
 
 
 def _seeds_mark(by_seed: dict[Any, float | None], n: int) -> str:
-    """" (k of n seeds)" when fewer of an algorithm's runs reached the final evaluation than the comparison has
-    seeds (a --report-only report while some still train), else nothing.
+    """The mark " (k of n seeds)" when fewer of an algorithm's runs reached the final evaluation than the
+    comparison has seeds (a --report-only report while some still train), else nothing.
 
     >>> _seeds_mark({"0": 0.5, "1": None}, 4), _seeds_mark({"0": 0.5, "1": 0.6}, 2)
     (' (1 of 4 seeds)', '')
