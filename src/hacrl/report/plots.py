@@ -13,6 +13,12 @@ from typing import Any
 from hacrl.trainer.files import write_atomic
 
 
+def finished_seeds(by_seed: dict[Any, float | None]) -> int:
+    """How many of an algorithm's runs reached the final evaluation (``results.<agent>.<algo>.final.by_seed``
+    of summary.json: a seed still training is absent or None)."""
+    return sum(v is not None for v in by_seed.values())
+
+
 def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
     """curve-<agent>.png, omega.png, cross-window.png; [] when matplotlib is not installed."""
     try:
@@ -40,7 +46,7 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
         labels = {}  # an algorithm with fewer finished seeds than the comparison's says how many
         for algo in algos:
-            n = sum(v is not None for v in per_algo[algo]["final"]["by_seed"].values())
+            n = finished_seeds(per_algo[algo]["final"]["by_seed"])
             labels[algo] = algo if n == n_seeds else f"{algo} ({n} seed{'s' if n != 1 else ''})"
         draw_curves(axes[0], per_algo, algos, colors, labels=labels)
         draw_curves(axes[1], per_algo, algos, colors, x="answers", xlabel=f"answers {agent} generated in training",

@@ -10,6 +10,7 @@ from typing import Any
 
 from hacrl.report.answers import render_answer_quality
 from hacrl.report.pace import render_pace
+from hacrl.report.plots import finished_seeds
 
 
 def _f(v: float | None, fmt: str = ".3f") -> str:
@@ -187,7 +188,7 @@ def _seeds_mark(by_seed: dict[Any, float | None], n: int) -> str:
     >>> _seeds_mark({"0": 0.5, "1": None}, 4), _seeds_mark({"0": 0.5, "1": 0.6}, 2)
     (' (1 of 4 seeds)', '')
     """
-    k = sum(v is not None for v in by_seed.values())
+    k = finished_seeds(by_seed)
     return f" ({k} of {n} seed{'s' if n != 1 else ''})" if k < n else ""
 
 
