@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from hacrl.trainer.sinks import read_jsonl
+from hacrl.run.sinks import read_jsonl
 
 COLUMNS = [("rescue", "rescue/{partner}"), ("window", "cross/in_window_frac"), ("adv>0", "cross/adv_pos_frac"),
            ("adv>0 in", "cross/pos_in_window_frac"), ("above", "cross/clip_high_frac"), ("scale", "cross/grad_scale"),

@@ -18,7 +18,7 @@ class DamagedCheckpoint(InputError):
 class DiskFull(Exception):
     """A write that found its filesystem full (ENOSPC) or the user's disk quota used up (EDQUOT). The
     message names the path, the bytes the write needed when known and the space free there, then the fix;
-    the write left nothing half-done behind (``hacrl.trainer.files``). Not an ``InputError``: the input is
+    the write left nothing half-done behind (``hacrl.run.files``). Not an ``InputError``: the input is
     fine, the run continues with ``--resume`` once there is room."""
 
     FIX = "free space, then run the command again (a run continues with: hacrl train --output RUN --resume)"

@@ -144,7 +144,7 @@ def test_disk_full_while_writing_metrics_is_one_line_and_keeps_the_checkpoint(tm
     import errno
 
     from hacrl.cli import main
-    from hacrl.trainer import sinks
+    from hacrl.run import sinks
 
     out = tmp_path / "run"
     real_log = sinks.JsonlSink.log

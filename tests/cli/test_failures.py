@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hacrl.cli import main
-from hacrl.trainer.checkpoint import complete_checkpoints, verify_checkpoint
+from hacrl.run.checkpoint import complete_checkpoints, verify_checkpoint
 
 FAST = ["--set", "trainer.eval_size=10", "--set", "trainer.log_samples=0", "-q"]
 TRAIN = ["train", "--preset", "tiny-test", *FAST]
@@ -176,7 +176,7 @@ def test_output_paths_that_cannot_be_a_run_directory(tmp_path, capsys, monkeypat
     afile.write_text("x")
     failed(capsys, [*TRAIN, "--output", str(afile)], "is a file")
     failed(capsys, [*TRAIN, "--output", str(afile / "sub")], f"{afile} is a file")
-    from hacrl.trainer import rundir
+    from hacrl.run import rundir
 
     monkeypatch.setattr(rundir.os, "access", lambda path, mode: False)  # (root may write anywhere)
     failed(capsys, [*TRAIN, "--output", str(tmp_path / "new")], "is not writable")
@@ -222,7 +222,7 @@ def test_a_second_trainer_on_a_running_directory_is_refused(tmp_path, capsys):
         _, err = first.communicate(timeout=120)
     assert first.returncode == 130, err
     assert "--resume" in err.strip().splitlines()[-1]
-    from hacrl.trainer.rundir import RunLock
+    from hacrl.run.rundir import RunLock
 
     with RunLock(out):  # released when the first one ended
         pass

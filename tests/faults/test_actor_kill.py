@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM
 
 from hacrl.cli import main
 from hacrl.config import load_config
-from hacrl.trainer.checkpoint import complete_checkpoints, load_state, verify_checkpoint
+from hacrl.run.checkpoint import complete_checkpoints, load_state, verify_checkpoint
 from hacrl.trainer.trainer import AgentFailure, Trainer
 
 OVERRIDES = ["trainer.steps=3", "trainer.checkpoint_every=1", "trainer.eval_size=20", "trainer.threads=1",

@@ -3,7 +3,7 @@ the space it needed; the previous checkpoint stays loadable, no log line is half
 there is room gives exactly the metrics of an uninterrupted run.
 
 ENOSPC is injected at each write site the way a nearly full disk fails: the part that fits is written, then
-the error (``hacrl.trainer.files._write_all`` for the logs, samples and config; a saver cut short for a
+the error (``hacrl.run.files._write_all`` for the logs, samples and config; a saver cut short for a
 checkpoint; TensorBoard's flush). One test fills a real size-limited tmpfs (root only; skipped otherwise).
 In-process (``main``) on the tiny preset: the models load once per session."""
 
@@ -22,9 +22,9 @@ import torch
 
 from hacrl.cli import main
 from hacrl.errors import DiskFull
-from hacrl.trainer import checkpoint as ckpt
-from hacrl.trainer import files
-from hacrl.trainer.checkpoint import complete_checkpoints, load_state, verify_checkpoint
+from hacrl.run import checkpoint as ckpt
+from hacrl.run import files
+from hacrl.run.checkpoint import complete_checkpoints, load_state, verify_checkpoint
 
 ARGS = ["train", "--preset", "tiny-test", "--set", "trainer.steps=2", "--set", "trainer.checkpoint_every=1",
         "--set", "trainer.eval_every=1", "--set", "trainer.eval_size=10", "--set", "trainer.log_samples=1", "-q"]

@@ -19,7 +19,7 @@ from hacrl.backends import Handle
 from hacrl.backends.local import LocalBackend
 from hacrl.cli import main
 from hacrl.config import load_config
-from hacrl.trainer import checkpoint as ckpt
+from hacrl.run import checkpoint as ckpt
 from hacrl.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

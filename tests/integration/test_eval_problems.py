@@ -12,9 +12,9 @@ import pytest
 
 from hacrl.config import load_config, resume_conflict
 from hacrl.rollout import SamplingParams, get_engine
+from hacrl.run.rundir import foreign_entries
+from hacrl.run.sinks import read_evals, read_jsonl, read_problem_evals
 from hacrl.trainer.evaluation import score_answers
-from hacrl.trainer.rundir import foreign_entries
-from hacrl.trainer.sinks import read_evals, read_jsonl, read_problem_evals
 from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from hacrl.trainer.checkpoint import complete_checkpoints
+from hacrl.run.checkpoint import complete_checkpoints
 
 ARGS = ["--preset", "tiny-test", "--set", "trainer.steps=4", "--set", "trainer.checkpoint_every=1",
         "--set", "trainer.eval_size=20", "--set", "trainer.keep_last=2", "-q"]

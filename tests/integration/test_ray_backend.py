@@ -10,7 +10,7 @@ import pytest
 
 from hacrl.cli import main
 from hacrl.config import load_config
-from hacrl.trainer.sinks import read_problem_evals
+from hacrl.run.sinks import read_problem_evals
 from hacrl.trainer.trainer import Trainer
 
 ray = pytest.importorskip("ray")

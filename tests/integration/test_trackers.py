@@ -15,8 +15,8 @@ import pytest
 
 from hacrl.config import ConfigError, RunConfig, TaskConfig
 from hacrl.rewards.math_reward import warn_if_no_math_verify
-from hacrl.trainer import trackers
-from hacrl.trainer.trackers import resolve_loggers
+from hacrl.run import trackers
+from hacrl.run.trackers import resolve_loggers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,10 @@ SRC = Path(hacrl.__file__).parent
 # low to high; a unit may import units on its own row or any row above it
 LAYERS: list[set[str]] = [
     {"errors", "registry", "types", "failpoints", "presets", "__init__"},
-    {"config", "pool"},
+    {"config"},
+    {"run"},
     {"core"},
-    {"shared_pool"},
+    {"pool"},
     {"rewards"},
     {"data"},
     {"agents"},
@@ -24,7 +25,6 @@ LAYERS: list[set[str]] = [
     {"backends"},
     {"trainer"},
     {"report"},
-    {"plan"},
     {"cli", "__main__"},
 ]
 

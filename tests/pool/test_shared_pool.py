@@ -1,4 +1,4 @@
-"""The asynchronous mode's shared pool (``hacrl.shared_pool``): a hand-worked sequence of rounds, the lock-step
+"""The asynchronous mode's shared pool (``hacrl.pool.shared``): a hand-worked sequence of rounds, the lock-step
 trainer's groups at bound 0, and random interleavings of agents at different speeds (fixed seeds) checked against
 an independent record of what happened: the bound is never exceeded, no answer is lost or used twice, nothing the
 rule allows is held back, and a checkpoint's state continues the same.
@@ -14,7 +14,7 @@ import pytest
 
 from hacrl.core import SELECTION_REASONS
 from hacrl.pool import TrajectoryPool
-from hacrl.shared_pool import SharedPool
+from hacrl.pool.shared import SharedPool
 from hacrl.types import Problem, Trajectory
 
 

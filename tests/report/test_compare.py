@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
+from hacrl.cli.compare import add_compare_parser, cmd_compare
 from hacrl.config import ConfigError
 from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
-from hacrl.report.compare_cli import add_compare_parser, cmd_compare
 from hacrl.report.stats import paired_difference
 
 try:
@@ -517,7 +517,7 @@ def test_a_run_another_process_is_training_is_named_before_anything_trains(compa
     import os
     import socket
 
-    from hacrl.trainer.rundir import RunLock, lock_holder
+    from hacrl.run.rundir import RunLock, lock_holder
 
     src, _, _ = comparison
     out = tmp_path / "cmp"

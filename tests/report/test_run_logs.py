@@ -1,11 +1,11 @@
-"""A run's logs read back in one place (``hacrl.trainer.sinks``): the evaluation keys the trainer writes
+"""A run's logs read back in one place (``hacrl.run.sinks``): the evaluation keys the trainer writes
 parse back, and eval.jsonl (or, for runs without one, metrics.jsonl) gives the held-out accuracies."""
 
 from __future__ import annotations
 
 import json
 
-from hacrl.trainer.sinks import eval_key, parse_eval_key, phase_times, read_evals
+from hacrl.run.sinks import eval_key, parse_eval_key, phase_times, read_evals
 
 
 def _write(path, records, tail=""):

@@ -10,7 +10,7 @@ Bad input (config, paths, damaged model or checkpoint files, devices) exits with
 lines naming the file or field and the fix, as does a run that diverges (a non-finite loss, gradient, weight
 or logit: the agent, step and phase); an agent whose worker dies (Ray) exits with code 3, naming the agent
 and the checkpoint to resume from. A full disk exits with code 2 and one line naming the path, the space it
-needed and the command that continues the run (``hacrl.trainer.files``: nothing is left half-written).
+needed and the command that continues the run (``hacrl.run.files``: nothing is left half-written).
 ``--overwrite`` deletes only a run directory (``trainer.rundir``), and a run directory has one writer at a
 time (a file lock).
 """
@@ -23,13 +23,13 @@ import logging
 import sys
 from pathlib import Path
 
+from hacrl.cli.compare import add_compare_parser, cmd_compare
 from hacrl.cli.eval import add_eval_parser, cmd_eval
 from hacrl.cli.plan import add_plan_parser, cmd_plan
 from hacrl.cli.train import _resolve_resume, add_train_parser, cmd_train  # noqa: F401 (_resolve_resume: tests)
 from hacrl.config import preset_names, preset_text
 from hacrl.errors import DiskFull, InputError
-from hacrl.report.compare_cli import add_compare_parser, cmd_compare
-from hacrl.trainer.files import as_disk_full
+from hacrl.run.files import as_disk_full
 
 _PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EROFS}
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hacrl: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        full = as_disk_full(exc, Path.cwd())  # a write not made through hacrl.trainer.files names its file
+        full = as_disk_full(exc, Path.cwd())  # a write not made through hacrl.run.files names its file
         if full is not None:
             print(f"hacrl: error: {full}", file=sys.stderr)
             return 2

@@ -11,7 +11,7 @@ from typing import Any
 
 from hacrl.config import ConfigError
 from hacrl.errors import InputError
-from hacrl.trainer.files import write_atomic
+from hacrl.run.files import write_atomic
 
 
 def add_eval_parser(sub: Any) -> None:
@@ -87,7 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[str, Any]]], dict | None]:
     """(agent id, model directory, load_agent keyword arguments) per agent, and the run's config if any."""
     from hacrl.backends.devices import check_device
-    from hacrl.trainer.checkpoint import read_manifest, usable_checkpoint
+    from hacrl.run.checkpoint import read_manifest, usable_checkpoint
     from hacrl.trainer.trainer import resolve_model_path
 
     models: list[tuple[str, Path, dict[str, Any]]] = []

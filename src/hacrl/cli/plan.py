@@ -1,12 +1,12 @@
-"""``hacrl plan``: per agent and device, the memory a run will need (:mod:`hacrl.plan`), before anything loads."""
+"""``hacrl plan``: per agent and device, the memory a run will need (:mod:`hacrl.backends.plan`), before anything loads."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from hacrl.backends.plan import GiB, known_shapes, plan, render
 from hacrl.config import ConfigError
-from hacrl.plan import GiB, known_shapes, plan, render
 
 
 def add_plan_parser(sub: Any) -> None:

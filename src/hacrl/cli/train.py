@@ -12,8 +12,8 @@ from typing import Any
 
 from hacrl.config import Config, ConfigError, load_config
 from hacrl.errors import DiskFull
-from hacrl.trainer.files import as_disk_full
-from hacrl.trainer.rundir import RunLock, check_output, has_content, refuse_foreign, remove_run
+from hacrl.run.files import as_disk_full
+from hacrl.run.rundir import RunLock, check_output, has_content, refuse_foreign, remove_run
 
 
 def add_train_parser(sub: Any) -> None:
@@ -42,7 +42,7 @@ def _run_dir(args: argparse.Namespace, cfg: Config) -> Path:
 
 def _resume_run_dir(args: argparse.Namespace) -> argparse.Namespace:
     """``--resume RUN`` names a run directory, not a checkpoint: the same as ``--output RUN --resume``."""
-    from hacrl.trainer.checkpoint import MANIFEST
+    from hacrl.run.checkpoint import MANIFEST
 
     given = Path(args.resume) if args.resume not in (None, "latest") else None
     if given is None or (given / MANIFEST).is_file() or not given.is_dir() \
@@ -57,7 +57,7 @@ def _resume_run_dir(args: argparse.Namespace) -> argparse.Namespace:
 def _train_config(args: argparse.Namespace) -> Config:
     """The config to train with: --preset / --config / --set; resuming a run without --preset or --config,
     the run's own config.yaml with --set on top."""
-    from hacrl.trainer.rundir import is_run_directory
+    from hacrl.run.rundir import is_run_directory
 
     saved = Path(args.output) / "config.yaml" if args.output else None
     if not (args.resume and not args.preset and not args.config and saved and saved.is_file()
@@ -74,7 +74,7 @@ def _train_config(args: argparse.Namespace) -> Config:
 def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
     """The checkpoint to resume from: the one given, or the newest intact one (a damaged newer one is
     passed over with a warning); none usable is one line naming the command that starts over."""
-    from hacrl.trainer.checkpoint import MANIFEST, usable_checkpoint, verify_checkpoint
+    from hacrl.run.checkpoint import MANIFEST, usable_checkpoint, verify_checkpoint
 
     if not args.resume:
         return None
@@ -140,7 +140,7 @@ def _missing_ancestors(path: Path) -> list[Path]:
 def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created: bool) -> int:
     from hacrl.backends import AgentFailure
     from hacrl.errors import TrainingDiverged
-    from hacrl.trainer.checkpoint import latest_checkpoint
+    from hacrl.run.checkpoint import latest_checkpoint
     from hacrl.trainer.trainer import Trainer
 
     resume_from = _resolve_resume(args, run_dir)
@@ -204,7 +204,7 @@ def _disk_full(exc: DiskFull, args: argparse.Namespace, run_dir: Path, fresh: bo
     """One line: what could not be written, the space it needed and the space free, and the command that
     continues the run from its last complete checkpoint (or starts it again: a fresh run that wrote none
     was removed)."""
-    from hacrl.trainer.checkpoint import latest_checkpoint
+    from hacrl.run.checkpoint import latest_checkpoint
 
     if latest_checkpoint(run_dir / "checkpoints") is not None:
         then = f"continue with: {_command(args, run_dir, '--resume')}"
@@ -217,8 +217,8 @@ def _disk_full(exc: DiskFull, args: argparse.Namespace, run_dir: Path, fresh: bo
 def _already_finished(args: argparse.Namespace, cfg: Config, run_dir: Path, checkpoint: Path) -> bool:
     """Resuming a run whose checkpoint is at or past ``trainer.steps``: say so, with its evaluations, and
     how to train further; nothing is loaded or written."""
-    from hacrl.trainer.checkpoint import read_manifest
-    from hacrl.trainer.sinks import read_evals
+    from hacrl.run.checkpoint import read_manifest
+    from hacrl.run.sinks import read_evals
 
     step = read_manifest(checkpoint).get("step")
     if not isinstance(step, int) or step < cfg.trainer.steps:
@@ -254,7 +254,7 @@ def _print_agents(trainer: Any) -> None:
 
 
 def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
-    from hacrl.trainer.sinks import eval_key
+    from hacrl.run.sinks import eval_key
 
     first, last = result.get("first"), result.get("last")
     steps = trainer.step_idx

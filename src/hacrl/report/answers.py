@@ -23,7 +23,7 @@ from typing import Any
 
 from hacrl.report.runs import RunOutcome, async_progress
 from hacrl.report.stats import mean_sd, paired_bootstrap
-from hacrl.trainer.sinks import read_problem_evals
+from hacrl.run.sinks import read_problem_evals
 
 MEASURES = ("finished", "acc_finished", "solved", "acc_budget", "finished_budget", "tokens")
 PAIRED = ("solved", "acc_budget")  # per-problem measures, paired against each baseline

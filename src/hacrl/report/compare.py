@@ -46,8 +46,8 @@ from hacrl.report.runs import (
     remove_checkpoints,
 )
 from hacrl.report.summary import summarize
-from hacrl.trainer.files import write_atomic
-from hacrl.trainer.rundir import lock_holder
+from hacrl.run.files import write_atomic
+from hacrl.run.rundir import lock_holder
 
 # ---- argument checks --------------------------------------------------------------------------------
 

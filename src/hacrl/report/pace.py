@@ -18,7 +18,7 @@ from typing import Any
 
 from hacrl.report.runs import RunData
 from hacrl.report.stats import mean_sd
-from hacrl.trainer.sinks import phase_times
+from hacrl.run.sinks import phase_times
 
 
 def _num(v: Any) -> float | None:

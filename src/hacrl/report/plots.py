@@ -10,7 +10,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from hacrl.trainer.files import write_atomic
+from hacrl.run.files import write_atomic
 
 
 def finished_seeds(by_seed: dict[Any, float | None]) -> int:

@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 
 from hacrl.config import Config, ConfigError, resume_conflict
-from hacrl.trainer.files import write_atomic
-from hacrl.trainer.rundir import RunLock, has_content, remove_run
-from hacrl.trainer.sinks import is_task_record, read_evals, read_jsonl, read_problem_evals, read_sampled_evals
+from hacrl.run.files import write_atomic
+from hacrl.run.rundir import RunLock, has_content, remove_run
+from hacrl.run.sinks import is_task_record, read_evals, read_jsonl, read_problem_evals, read_sampled_evals
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class RunPlan:
 def plan_run(cfg: Config, run_dir: Path, label: str | None = None) -> RunPlan:
     """What to do with one run directory; raises ConfigError when it cannot be reused or resumed safely.
     ``label``: the algorithm as the comparison names it (``hacpo@delta=0.6``; default the config's name)."""
-    from hacrl.trainer.checkpoint import usable_checkpoint
+    from hacrl.run.checkpoint import usable_checkpoint
 
     algo, seed, steps = label or cfg.algorithm.name, cfg.run.seed, cfg.trainer.steps
     latest, damaged = usable_checkpoint(run_dir / "checkpoints")  # a damaged newest one is passed over

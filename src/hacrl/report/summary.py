@@ -29,7 +29,7 @@ from hacrl.report.stats import (
     paired_bootstrap,
     paired_difference,
 )
-from hacrl.trainer.sinks import phase_times
+from hacrl.run.sinks import phase_times
 
 # ---- per-step values over runs ----------------------------------------------------------------------
 

@@ -32,9 +32,9 @@ import torch
 from hacrl.backends import Handle
 from hacrl.config import dump_config
 from hacrl.core import RecentCapability
-from hacrl.shared_pool import PoolTake, SharedPool
-from hacrl.trainer import checkpoint as ckpt
-from hacrl.trainer.files import write_atomic
+from hacrl.pool.shared import PoolTake, SharedPool
+from hacrl.run import checkpoint as ckpt
+from hacrl.run.files import write_atomic
 from hacrl.types import Problem
 
 if TYPE_CHECKING:

@@ -118,7 +118,7 @@ def start_cache(cfg: Config) -> StartCache | None:
 def from_run(run_dir: Path) -> Evaluation | None:
     """The step-0 evaluation a finished or running run already wrote (to fill a cache from runs made before
     it existed); None when the run has no step-0 records."""
-    from hacrl.trainer.sinks import read_jsonl
+    from hacrl.run.sinks import read_jsonl
 
     totals = [r for r in read_jsonl(run_dir / "eval.jsonl") if r["step"] == 0]
     per_problem = [r for r in read_jsonl(run_dir / "eval_problems.jsonl") if r["step"] == 0]

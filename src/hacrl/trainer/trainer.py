@@ -43,12 +43,12 @@ from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
-from hacrl.trainer import checkpoint as ckpt
+from hacrl.run import checkpoint as ckpt
+from hacrl.run.files import append_lines, write_atomic
+from hacrl.run.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
+from hacrl.run.trackers import make_sinks, resolve_loggers
 from hacrl.trainer.evaluation import load_benchmarks, score_answers
-from hacrl.trainer.files import append_lines, write_atomic
-from hacrl.trainer.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
 from hacrl.trainer.start_eval import Evaluation, start_cache
-from hacrl.trainer.trackers import make_sinks, resolve_loggers
 from hacrl.types import Problem, Trajectory
 
 __all__ = ["AgentFailure", "Trainer", "phase_times", "resolve_model_path"]

@@ -52,13 +52,13 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 def cmd_compare(args: argparse.Namespace) -> int:
     from hacrl.errors import DiskFull
     from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
-    from hacrl.trainer.files import as_disk_full
+    from hacrl.run.files import as_disk_full
 
     algos = parse_algos(args.algos)
     seeds = parse_seeds(args.seeds)
     name = args.preset or (Path(args.config).stem if args.config else "tiny-model")
     output = Path(args.output) if args.output else Path("runs") / f"compare-{name}"
-    from hacrl.trainer.rundir import check_output
+    from hacrl.run.rundir import check_output
 
     check_output(output)  # a file, under a file, not writable: one line before any run starts
     try:
@@ -83,7 +83,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
               file=sys.stderr)
         return 130
-    except OSError as exc:  # ENOSPC from a write not made through hacrl.trainer.files (a mkdir)
+    except OSError as exc:  # ENOSPC from a write not made through hacrl.run.files (a mkdir)
         full = as_disk_full(exc, output)
         if full is None:
             raise

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from hacrl.core.staleness import SELECTION_REASONS, select_within_bound
-from hacrl.pool import TrajectoryPool
+from hacrl.pool.trajectory import TrajectoryPool
 from hacrl.types import Problem, Trajectory
 
 

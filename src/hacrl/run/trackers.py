@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.config import ConfigError
-from hacrl.trainer.files import write_atomic
-from hacrl.trainer.sinks import JsonlSink, MetricsSink, MultiSink, tensorboard_sink
+from hacrl.run.files import write_atomic
+from hacrl.run.sinks import JsonlSink, MetricsSink, MultiSink, tensorboard_sink
 
 __all__ = ["LOGGERS", "TrackioSink", "WandbSink", "make_sinks", "resolve_loggers"]
 

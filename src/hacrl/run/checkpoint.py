@@ -25,7 +25,7 @@ import torch
 
 from hacrl.errors import DamagedCheckpoint, DiskFull
 from hacrl.failpoints import failpoint
-from hacrl.trainer.files import disk_full, free_bytes, guard, is_disk_full
+from hacrl.run.files import disk_full, free_bytes, guard, is_disk_full
 
 MANIFEST = "manifest.json"
 STATE = "trainer_state.pt"

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from hacrl.trainer.files import append_bytes, guard, open_append
+from hacrl.run.files import append_bytes, guard, open_append
 
 logger = logging.getLogger(__name__)
 
