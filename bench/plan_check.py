@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from hacrl import plan
+from hacrl.backends import plan
 from hacrl.agents.agent import load_agent
 from hacrl.backends.resolve import resolve_model_path
 from hacrl.config import load_config

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from hacrl import plan
+from hacrl.backends import plan
 from hacrl.agents.agent import enable_checkpointing, load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.cli import main
