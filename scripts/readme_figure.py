@@ -45,7 +45,8 @@ def table_lines(summary: dict[str, Any], source: str, cpu: str) -> list[str]:
     n_seeds, n_problems = len(summary["seeds"]), summary["eval_size"]
     head = ["algorithm"]
     for rank, agent in zip(("weaker", "stronger"), agents):
-        head += [f"{agent} ({rank}, {results[agent]['hacpo']['start']:.3f} at start)", "hacpo − it [95% interval]"]
+        head += [f"{rank} agent {agent}: accuracy (start {results[agent]['hacpo']['start']:.3f})",
+                 "HACPO minus this [95% interval]"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for algo in ALGOS:
         cells = [f"`{algo}`: {WHAT[algo]}"]
