@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import re
 import sys
 from pathlib import Path
 
+import hacrl
 from hacrl.cli.compare import add_compare_parser, cmd_compare
 from hacrl.cli.eval import add_eval_parser, cmd_eval
 from hacrl.cli.plan import add_plan_parser, cmd_plan
@@ -36,6 +38,7 @@ _PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ER
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hacrl", description="Heterogeneous Agent Collaborative RL (HACPO).")
+    p.add_argument("--version", action="version", version=f"hacrl {hacrl.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     add_train_parser(sub)
@@ -86,6 +89,22 @@ def main(argv: list[str] | None = None) -> int:
 
 # ---- presets --------------------------------------------------------------------------------------
 
+def preset_summary(text: str) -> str:
+    r"""A preset's first sentence, from the comment lines that open its YAML (it may run over several lines).
+
+    >>> preset_summary("# Model heterogeneity on SmolLM2-135M (Llama, 49k vocabulary) and\n# Gemma 3. More.\nrun: {}")
+    'Model heterogeneity on SmolLM2-135M (Llama, 49k vocabulary) and Gemma 3.'
+    """
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#") or not line.strip("# "):
+            break
+        lines.append(line.lstrip("# ").strip())
+    joined = " ".join(lines)
+    end = re.search(r"[.!?](?=\s|$)", joined)
+    return joined[: end.end()] if end else joined
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     if args.show:
         print(preset_text(args.show), end="")
@@ -107,11 +126,12 @@ def cmd_presets(args: argparse.Namespace) -> int:
         return 0
     import yaml
 
-    for name in preset_names():
+    names = preset_names()
+    width = max(map(len, names)) + 2
+    for name in names:
         tree = yaml.safe_load(preset_text(name))
-        first_line = preset_text(name).splitlines()[0].lstrip("# ").strip()
         agents = ", ".join(a["id"] for a in tree.get("agents", []))
-        print(f"{name:<16} {first_line}  [agents: {agents}]")
+        print(f"{name:<{width}}{preset_summary(preset_text(name))}  [agents: {agents}]")
     print(f"\nbuiltin tasks (task.name): {_names('task')}\nalgorithms (algorithm.name): {_names('algorithm')}\n"
           f"every config key with its help: hacrl presets --fields")
     return 0

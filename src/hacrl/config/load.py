@@ -36,20 +36,30 @@ def _parse_value(raw: str) -> Any:
 
 
 def apply_override(tree: dict[str, Any], assignment: str) -> None:
-    """Apply ``a.b.c=value`` to a nested dict; list items (agents) are addressed by id or by index."""
+    """Apply ``a.b.c=value`` to a nested dict; list items (agents) are addressed by id — dots and all, as in
+    ``agents.qwen3-1.7b-base.lr`` — or by index.
+
+    >>> tree = {"agents": [{"id": "qwen3-1.7b-base", "lr": 1e-6}, {"id": "b"}]}
+    >>> apply_override(tree, "agents.qwen3-1.7b-base.lr=0.002"); apply_override(tree, "agents.1.lr=0.003")
+    >>> tree["agents"]
+    [{'id': 'qwen3-1.7b-base', 'lr': 0.002}, {'id': 'b', 'lr': 0.003}]
+    """
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. trainer.steps=20")
     key, raw = assignment.split("=", 1)
     parts = key.strip().split(".")
     node: Any = tree
-    for i, part in enumerate(parts[:-1]):
-        where = ".".join(parts[: i + 1])
+    i = 0
+    while i < len(parts) - 1:
+        part, where = parts[i], ".".join(parts[: i + 1])
         if isinstance(node, list):
-            node = _list_item(node, part, where)
-        else:
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {key}: {where} is not a section")
-            node = node.setdefault(part, {})
+            node, used = _list_item(node, parts[i:-1], where)
+            i += used
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {where} is not a section")
+        node = node.setdefault(part, {})
+        i += 1
     last = parts[-1]
     if isinstance(node, list):
         raise ConfigError(f"--set {key}: name a field of the item, e.g. agents.<id>.lr=1e-4")
@@ -58,14 +68,71 @@ def apply_override(tree: dict[str, Any], assignment: str) -> None:
     node[last] = _parse_value(raw)
 
 
-def _list_item(items: list[Any], part: str, where: str) -> Any:
-    for item in items:
-        if isinstance(item, dict) and str(item.get("id")) == part:
-            return item
+def _list_item(items: list[Any], parts: list[str], where: str) -> tuple[Any, int]:
+    """The item ``parts`` start with and how many parts its name took: the longest id made of leading parts
+    (an id may hold dots), else an index."""
+    ids = {str(item.get("id")): item for item in items if isinstance(item, dict)}
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in ids:
+            return ids[".".join(parts[:n])], n
+    part = parts[0]
     if part.isdigit() and int(part) < len(items):
-        return items[int(part)]
-    ids = [str(item.get("id")) for item in items if isinstance(item, dict)]
-    raise ConfigError(f"--set {where}: no agent with id {part!r}; ids: {', '.join(ids)}")
+        return items[int(part)], 1
+    listed = ", ".join(f"{k} (agents.{i})" for i, k in enumerate(ids))
+    raise ConfigError(f"--set {where}: no agent with id {part!r}; ids: {listed}")
+
+
+#: TRL's GRPOConfig and verl's config names → the hacrl key that does that job (docs/usage.md has the table).
+#: An unknown key with one of these names (last part, or verl's dotted path) is answered with its hacrl key.
+FOREIGN_KEYS: dict[str, str] = {
+    "learning_rate": "agents.<id>.lr (per agent: each model keeps its own rate)",
+    "lr": "agents.<id>.lr",
+    "num_generations": "rollout.rollouts_per_prompt (G, answers per prompt per agent)",
+    "n": "rollout.rollouts_per_prompt (G, answers per prompt per agent)",
+    "beta": "agents.<id>.kl_coef (k3 KL to the initial weights)",
+    "kl_coef": "agents.<id>.kl_coef",
+    "epsilon": "algorithm.clip_low (own answers' ε_low; the clip is sequence-level, as in GSPO)",
+    "epsilon_high": "algorithm.clip_high",
+    "clip_ratio_low": "algorithm.clip_low",
+    "clip_ratio_high": "algorithm.clip_high",
+    "max_completion_length": "rollout.max_new_tokens",
+    "max_response_length": "rollout.max_new_tokens",
+    "max_prompt_length": "agents.<id>.max_prompt_tokens",
+    "loss_type": "algorithm.name (hacpo, gspo, grpo, imitation, …)",
+    "importance_sampling_level": "algorithm.name (gspo: sequence level; grpo: token level)",
+    "report_to": "run.loggers",
+    "logger": "run.loggers",
+    "gradient_accumulation_steps": "trainer.micro_batch_size (sequences per forward/backward pass; "
+                                   "accumulation over a minibatch is automatic)",
+    "per_device_train_batch_size": "trainer.batch_size (prompts per step; each agent answers each G times)",
+    "train_batch_size": "trainer.batch_size (prompts per step)",
+    "ppo_mini_batch_size": "trainer.minibatch_size (sequences per optimizer step)",
+    "ppo_micro_batch_size_per_gpu": "trainer.micro_batch_size",
+    "max_steps": "trainer.steps",
+    "total_training_steps": "trainer.steps",
+    "num_train_epochs": "trainer.steps (hacrl counts steps of trainer.batch_size prompts)",
+    "output_dir": "--output on the command line (or run.output_dir)",
+    "seed": "run.seed",
+    "model_name_or_path": "agents.<id>.model",
+    "reward_funcs": "task.reward",
+    "use_vllm": "rollout.engine: vllm",
+    "gradient_checkpointing": "agents.<id>.gradient_checkpointing",
+    "bf16": "agents.<id>.autocast: bfloat16 (bf16 forward passes over float32 weights)",
+    "max_grad_norm": "agents.<id>.grad_clip",
+    "grad_clip": "agents.<id>.grad_clip",
+    "temperature": "rollout.temperature",
+    "top_p": "rollout.top_p",
+}
+
+
+def _foreign_hint(loc: list[Any]) -> str | None:
+    """The hacrl key a TRL or verl name does the job of, or None.
+
+    >>> _foreign_hint(["trainer", "learning_rate"]), _foreign_hint(["num_generations"])[:25]
+    ('agents.<id>.lr (per agent: each model keeps its own rate)', 'rollout.rollouts_per_prom')
+    """
+    name = loc[-1] if loc and isinstance(loc[-1], str) else None
+    return FOREIGN_KEYS.get(name) if name else None
 
 
 def _format_error(err: ValidationError, tree: dict[str, Any] | None = None) -> str:
@@ -77,7 +144,10 @@ def _format_error(err: ValidationError, tree: dict[str, Any] | None = None) -> s
         parts[1] = agents[parts[1]]["id"]  # agents.<id>.lr, as --set names it, not agents.0.lr
     loc = ".".join(str(x) for x in parts)
     if first["type"] == "extra_forbidden":
-        guess = _guess_key(list(first["loc"]))
+        guess, foreign = _guess_key(list(first["loc"])), _foreign_hint(list(first["loc"]))
+        if foreign is not None and (guess is None or guess.rsplit(".", 1)[-1] != first["loc"][-1]):
+            # a TRL/verl name wins over a close spelling (beta is not delta); the same field elsewhere wins over it
+            return f"config: unknown key {loc!r}; in hacrl that is {foreign} (every key: `hacrl presets --fields`)"
         prefix = ".".join(str(x) for x in parts[:-1])
         fix = f"did you mean {guess if '.' in guess else '.'.join(filter(None, [prefix, guess]))!r}?" if guess \
             else "remove it or check its spelling"
@@ -147,7 +217,7 @@ def load_config(
     named after its file (:func:`dataset_name`), so config.yaml records the name the run goes by."""
     tree = _read_tree(preset_text(preset or "tiny-model")) if preset or path is None else {}
     if path is not None:
-        tree = merge_trees(tree, _read_tree(_config_text(Path(path))))
+        tree = merge_trees(tree, _read_tree(_config_text(Path(path)), str(path)))
     for assignment in overrides or []:
         apply_override(tree, assignment)
     task = tree.get("task")
@@ -173,13 +243,25 @@ def _config_text(p: Path) -> str:
         raise ConfigError(f"--config {p}: cannot be read ({exc.strerror}); check its permissions") from None
 
 
-def _read_tree(text: str) -> dict[str, Any]:
+def _read_tree(text: str, source: str = "config") -> dict[str, Any]:
+    r"""The YAML mapping in ``text``; an error names ``source`` (the file), the line and column, and the problem.
+
+    >>> _read_tree("trainer:\n  steps: [1\n", "my.yaml")
+    Traceback (most recent call last):
+    ...
+    hacrl.config.schema.ConfigError: my.yaml:3:1: not valid YAML: while parsing a flow sequence, expected ',' or ']', but got '<stream end>'
+    """
     try:
         tree = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config: not valid YAML ({str(exc).splitlines()[0]})") from None
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None)
+        context = getattr(exc, "context", None)
+        what = ", ".join(filter(None, [context, problem])) or str(exc).splitlines()[0]
+        raise ConfigError(f"{at}: not valid YAML: {what}") from None
     if not isinstance(tree, dict):
-        raise ConfigError("config: the top level must be a mapping of sections")
+        raise ConfigError(f"{source}: the top level must be a mapping of sections")
     return tree
 
 
