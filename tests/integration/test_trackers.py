@@ -39,6 +39,8 @@ def test_default_loggers_follow_what_is_installed(monkeypatch, caplog) -> None:
     assert resolve_loggers(RunConfig()) == ["jsonl", "tensorboard"]
     assert resolve_loggers(RunConfig(tensorboard=False)) == ["jsonl"]
     assert resolve_loggers(RunConfig(loggers=["tensorboard"])) == ["jsonl", "tensorboard"]
+    # a preset's `tensorboard: true` under the user's own list does not add TensorBoard to it
+    assert resolve_loggers(RunConfig(tensorboard=True, loggers=["jsonl"])) == ["jsonl"]
 
 
 def test_a_listed_logger_that_is_missing_stops_with_the_pip_command(monkeypatch) -> None:

@@ -266,7 +266,7 @@ class RunConfig(_Section):
         "installed. A listed one that is not installed stops the run with the pip command")
     project: str = Field("hacrl", description="wandb / trackio project name")
     tensorboard: bool | None = Field(None, description="older switch: false leaves TensorBoard out; true asks for it "
-                                     "(one warning line at start when it is not installed)")
+                                     "when run.loggers is unset (one warning line at start when it is not installed)")
 
 
 class Config(_Section):

@@ -54,16 +54,16 @@ def _installed(module: str | None) -> bool:
 
 
 def resolve_loggers(run: Any) -> list[str]:
-    """The loggers of ``run`` (a ``RunConfig``): jsonl first; a missing one listed is a ConfigError."""
+    """The loggers of ``run`` (a ``RunConfig``): jsonl first; a missing one listed is a ConfigError. An explicit
+    ``run.loggers`` is the list; ``run.tensorboard`` (the older switch) adds TensorBoard only where it is unset
+    and removes it (false) either way."""
     if run.loggers is None:
         names = ["jsonl", "tensorboard"] if _installed("tensorboard") else ["jsonl"]
         if run.tensorboard and "tensorboard" not in names:
             logger.warning("run.tensorboard is true but tensorboard is not installed: no TensorBoard events; "
                            "fix: pip install 'hacrl[report]' or set run.tensorboard=false")
-    else:
+    else:  # an explicit list is the whole answer: a preset's older `tensorboard: true` does not add to it
         names = ["jsonl", *dict.fromkeys(n for n in run.loggers if n != "jsonl")]
-        if run.tensorboard and "tensorboard" not in names:
-            names.append("tensorboard")
         for name in names:
             module, extra = LOGGERS[name]
             if not _installed(module):
