@@ -105,9 +105,10 @@ class ArithmeticTask:
     space_size: int
     test_fraction: float
     max_new_tokens: int
+    split_name: str | None = None  # another task whose split and draws this one shares (add2-trace: add2's)
 
     def is_test(self, key: str) -> bool:
-        return _unit_hash(f"{self.name}:{key}") < self.test_fraction
+        return _unit_hash(f"{self.split_name or self.name}:{key}") < self.test_fraction
 
     def _problem(self, rng: random.Random, split: str) -> Problem:
         key, prompt, answer, meta = self.generate(rng)
@@ -115,7 +116,7 @@ class ArithmeticTask:
 
     def train_problems(self, seed: int) -> Iterator[Problem]:
         """An infinite stream of training problems (with repeats), fixed by ``seed``."""
-        rng = random.Random(f"{self.name}/train/{seed}")
+        rng = random.Random(f"{self.split_name or self.name}/train/{seed}")
         while True:
             problem = self._problem(rng, "train")
             if not self.is_test(problem.id.split("/", 1)[1]):
@@ -132,7 +133,7 @@ class ArithmeticTask:
     def _distinct(self, draw: str, split: str, n: int, *, held_out: bool) -> list[Problem]:
         """The first ``n`` distinct problems (labelled ``split``) of the fixed draw ``<name>/<draw>``, on the
         held-out side of the split (``held_out``) or on the training side."""
-        rng = random.Random(f"{self.name}/{draw}")
+        rng = random.Random(f"{self.split_name or self.name}/{draw}")
         seen: set[str] = set()
         out: list[Problem] = []
         while len(out) < n:
@@ -187,6 +188,59 @@ def _mixed(rng: random.Random) -> tuple[str, str, str, dict]:
     return _binary("-", a, b, 2, 2, a - b)
 
 
+def add2_trace_answer(a: int, b: int) -> str:
+    """The worked answer of ``a + b`` (2-digit operands): the ones column, the tens column with its carry, then
+    ``>`` and the sum.
+
+    >>> add2_trace_answer(7, 85), add2_trace_answer(31, 42), add2_trace_answer(99, 99)
+    ('7+5=12,0+8+1=9>92', '1+2=3,3+4+0=7>73', '9+9=18,9+9+1=19>198')
+    """
+    ones = a % 10 + b % 10
+    tens = a // 10 + b // 10 + ones // 10
+    return f"{a % 10}+{b % 10}={ones},{a // 10}+{b // 10}+{ones // 10}={tens}>{a + b}"
+
+
+def _add2_trace(rng: random.Random) -> tuple[str, str, str, dict]:
+    a, b = rng.randrange(100), rng.randrange(100)
+    key, prompt, _, meta = _binary("+", a, b, 2, 2, a + b)
+    return key, prompt, add2_trace_answer(a, b), meta
+
+
+def final_number(completion: str) -> str | None:
+    r"""The text after the last ``>`` of a worked answer, stripped; None without one.
+
+    >>> final_number("7+5=12,0+8+1=9>92"), final_number(" junk>92\n"), final_number("92")
+    ('92', '92', None)
+    """
+    if not isinstance(completion, str) or ">" not in completion:
+        return None
+    return completion.rsplit(">", 1)[1].strip()
+
+
+def trace_consistent(completion: str, a: int, b: int) -> bool:
+    """Whether a worked answer to ``a + b`` is arithmetically right throughout: its operands are the problem's
+    digits, each column's sum and the carry are right, and the number after ``>`` is the sum the columns give.
+    (The reward reads only that number; this is the mechanism study's check of the working.)
+
+    >>> trace_consistent("7+5=12,0+8+1=9>92", 7, 85), trace_consistent("7+5=13,0+8+1=9>92", 7, 85)
+    (True, False)
+    >>> trace_consistent("3+1=4,2+6+0=8>92", 7, 85), trace_consistent("7+5=12,0+8+1=9>93", 7, 85)
+    (False, False)
+    """
+    return isinstance(completion, str) and completion.strip() == add2_trace_answer(a, b)
+
+
+class TraceTask(ArithmeticTask):
+    """``add2-trace``: add2's problems and split, answered with a worked trace; the reward reads only the
+    number after the last ``>`` (a wrong working with the right sum scores 1)."""
+
+    def reward(self, completion: str, sample: dict[str, Any]) -> float | None:
+        gold = final_number(sample.get("answer"))  # type: ignore[arg-type]
+        if gold is None or not isinstance(completion, str):
+            return None
+        return 1.0 if final_number(completion) == gold else 0.0
+
+
 TASKS: Registry[Callable[[], Task]] = Registry("task")
 
 
@@ -194,6 +248,13 @@ TASKS: Registry[Callable[[], Task]] = Registry("task")
 def add2() -> ArithmeticTask:
     """2-digit addition, zero-padded operands: ``"07+85="`` → ``"92"``. 10^4 problems, ~1500 held out."""
     return ArithmeticTask("add2", _add(2), 10**4, 0.15, max_new_tokens=6)
+
+
+@TASKS.register("add2-trace")
+def add2_trace() -> TraceTask:
+    """add2 with a worked answer: ``"07+85="`` → ``"7+5=12,0+8+1=9>92"`` (ones column, tens column with its
+    carry, the sum); rewarded on the sum after ``>`` only. add2's problems, ids ``add2-trace/07+85`` and split."""
+    return TraceTask("add2-trace", _add2_trace, 10**4, 0.15, max_new_tokens=24, split_name="add2")
 
 
 @TASKS.register("add3")
