@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from hacrl.backends import plan
 from hacrl.agents.agent import enable_checkpointing, load_agent
 from hacrl.agents.tiny import tiny_agent_path
+from hacrl.backends import plan
 from hacrl.cli import main
 from hacrl.config import AgentSpec, load_config, preset_names
 from hacrl.learner.update import ViewRow
