@@ -282,7 +282,7 @@ def test_the_shared_prompt_forward_takes_the_plain_forwards_step(tmp_path, algo)
     shared = make_trainer(tmp_path, *kl, name="shared")
     a, b = plain.step(), shared.step()
     # compared through the step's metrics (after AdamW, weights whose gradient is ~0 move by ±lr on float
-    # rounding alone; the log-probs and gradients themselves: tests/integration/test_shared_prompt.py)
+    # rounding alone; the log-probs and gradients themselves: tests/agents/test_shared_prompt.py)
     keys = [k for k in a if k.startswith("agent/") and k.rsplit("/", 1)[-1] in
             ("pg_loss", "kl", "grad_norm", "ratio_mean", "clip_frac")]
     assert len(keys) >= 8
