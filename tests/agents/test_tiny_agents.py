@@ -19,7 +19,6 @@ AGENTS = sorted({name for pair in TINY_PAIRS.values() for name in pair})
 
 @cache
 def load(name: str):
-    torch.set_num_threads(1)
     path = tiny_agent_path(name)
     model = AutoModelForCausalLM.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(path)

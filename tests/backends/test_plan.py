@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from hacrl.backends import plan
 from hacrl.agents.agent import enable_checkpointing, load_agent
 from hacrl.agents.tiny import tiny_agent_path
+from hacrl.backends import plan
 from hacrl.cli import main
 from hacrl.config import AgentSpec, load_config, preset_names
 from hacrl.learner.update import ViewRow
@@ -32,7 +32,6 @@ def rows_for(agent):
 
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
 def test_the_estimate_is_within_25_percent_of_the_measured_peak(checkpointing):
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     agent = load_agent("a", 0, tiny_agent_path("qwen2-char"))
     if checkpointing:

@@ -18,7 +18,6 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-import torch
 
 from hacrl.cli import main
 from hacrl.errors import DiskFull
@@ -30,11 +29,6 @@ ARGS = ["train", "--preset", "tiny-test", "--set", "trainer.steps=2", "--set", "
         "--set", "trainer.eval_every=1", "--set", "trainer.eval_size=10", "--set", "trainer.log_samples=1", "-q"]
 LOGS = ("metrics.jsonl", "eval.jsonl", "eval_problems.jsonl")
 NO_SPACE = "hacrl: error: disk full writing "
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
 
 
 def metrics(run_dir: Path) -> list[dict]:

@@ -60,7 +60,6 @@ def _rank(rank, world, init_file, out_dir):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_data_parallel_update_equals_one_process(tmp_path, world):
-    torch.set_num_threads(1)
     agent = make_agent()
     expected = run_update(agent)
     mp.spawn(_rank, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world, join=True)

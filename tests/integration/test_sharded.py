@@ -115,7 +115,6 @@ def test_sharded_update_checkpoint_and_export(tmp_path, lora):
         pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(1)
     plain = make_agent(lora)
     expected1 = run_update(plain, 0)
     weights1 = full_state(plain)

@@ -31,8 +31,6 @@ from hacrl.pool import TrajectoryPool
 from hacrl.trainer.trainer import Trainer, rescue_share
 from hacrl.types import Problem, Trajectory
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 # ---- the loss takes one bound per row -----------------------------------------------------------------------
 
 def _cross_inputs(ratios: list[float], advantages: list[float]) -> LossInputs:

@@ -24,8 +24,6 @@ from hacrl.pool import TrajectoryPool
 from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
                         kl_coef=0.0, imitation_coef=1.0, rollout_correction="off", rollout_correction_cap=2.0)
 

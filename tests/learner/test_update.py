@@ -31,8 +31,6 @@ SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delt
                         rollout_correction_cap=2.0)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def make_agent(model: str = "qwen2-char", index: int = 0):
     torch.manual_seed(0)

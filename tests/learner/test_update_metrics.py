@@ -20,8 +20,6 @@ from hacrl.learner import update
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.update import _accumulate, assign_advantages, update_learner
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def rows_of(agent) -> list:
     # learner 0: two own answers and two of agent 1, to one prompt

@@ -29,8 +29,6 @@ ALGOS = "hacpo,gspo"
 SEEDS = 2
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 # ---- paired_difference ----------------------------------------------------------------------------
 

@@ -24,8 +24,6 @@ from hacrl.rollout import vllm as vllm_engine
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def _one_line(exc: pytest.ExceptionInfo) -> str:
     message = str(exc.value)

@@ -49,10 +49,6 @@ TOL = {"float32": (1e-4, 1e-3), "bfloat16": (5e-2, 0.5)}  # (mean, max) |engine 
 @pytest.fixture(autouse=True)
 def _cpu_env(monkeypatch):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture
