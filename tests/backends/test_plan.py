@@ -30,6 +30,7 @@ def rows_for(agent):
     return out
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
 def test_the_estimate_is_within_25_percent_of_the_measured_peak(checkpointing):
     torch.manual_seed(0)

@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch.testing import assert_close
 
 from hacrl.core import CapabilityTracker, LossInputs, hacpo_advantages, hacpo_loss, stepwise_lower_bound
+
+pytestmark = pytest.mark.model
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "minimal_hacpo.py"
 

