@@ -3,7 +3,7 @@ VENV ?= .venv
 export VENV
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup demo lint docs test test-slow mutation bench clean
+.PHONY: setup demo lint docs test test-fast test-slow mutation bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -19,6 +19,11 @@ docs: setup
 
 test:
 	bash scripts/test.sh
+
+# the inner loop: no lint or docs, and none of the tests that train or load a model or start processes (marked
+# `model`; `make test` runs them); see docs/usage.md
+test-fast: setup
+	$(VENV)/bin/python -m pytest -q -m "not slow and not gpu and not model"
 
 test-slow: setup
 	$(VENV)/bin/python -m pytest -q -m "slow and not gpu"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh), lint and type-check (scripts/lint.sh: ruff, mypy), build the docs with warnings as
 # errors (scripts/docs.sh), then run the test suite (tests/ and the doctests in src/hacrl): what `make test`
-# does, for machines without make.
+# does, for machines without make. It runs the model-marked tests too (those that train or load a model, or start
+# processes); `make test-fast` is the inner loop without them (docs/usage.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

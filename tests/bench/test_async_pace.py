@@ -8,12 +8,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
 from async_pace import build_deep_model, main  # noqa: E402
+
+pytestmark = pytest.mark.model
 
 
 def test_the_deep_model_computes_the_shipped_models_function(tmp_path):

@@ -32,6 +32,7 @@ def test_synthetic_tokenizers_have_their_size_and_round_trip() -> None:
     assert ids[0] != ids[1]
 
 
+@pytest.mark.model
 def test_gpu_check_tiny_runs_the_same_path_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "check.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

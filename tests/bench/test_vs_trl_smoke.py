@@ -16,6 +16,8 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
+pytestmark = pytest.mark.model
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "vs_trl.py"
 
 

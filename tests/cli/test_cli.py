@@ -18,6 +18,7 @@ def hacrl(*args, cwd=None):
                           cwd=cwd, timeout=300)
 
 
+@pytest.mark.model
 def test_train_smoke_writes_the_run_directory(tmp_path):
     out = tmp_path / "run"
     res = hacrl("train", "--preset", "tiny-test", "--set", "trainer.steps=2", "--output", str(out))
@@ -102,6 +103,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, monkeypatc
     assert not out.exists()
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("args", [["--set", "trainer.stepz=3"], ["--set", "agents.qwen-char.model=/nonexistent"]])
 def test_bad_input_in_a_fresh_process_prints_no_traceback(tmp_path, args):
     res = hacrl("train", "--preset", "tiny-test", *args, "--output", str(tmp_path / "run"), cwd=tmp_path)
@@ -110,6 +112,7 @@ def test_bad_input_in_a_fresh_process_prints_no_traceback(tmp_path, args):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.model
 def test_existing_run_directory_is_refused_unless_resume_or_overwrite(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
@@ -133,6 +136,7 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, capsys):
     assert err == [f"hacrl: error: --config {bad}: not UTF-8 text (byte 0xe9 at offset 5); save the file as UTF-8"]
 
 
+@pytest.mark.model
 def test_invalid_yaml_config(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("agents: [\n")
@@ -140,6 +144,7 @@ def test_invalid_yaml_config(tmp_path):
     assert res.returncode == 2 and "not valid YAML" in res.stderr
 
 
+@pytest.mark.model
 def test_disk_full_while_writing_metrics_is_one_line_and_keeps_the_checkpoint(tmp_path, monkeypatch, capsys):
     import errno
 

@@ -30,6 +30,7 @@ def models(tmp_path_factory):
     return out
 
 
+@pytest.mark.model
 def test_suite_prints_tables_and_writes_json(models, tmp_path):
     out = tmp_path / "eval.json"
     args = ["eval", "--model", str(models[0]), "--model", str(models[1]),
@@ -59,6 +60,7 @@ def test_suite_prints_tables_and_writes_json(models, tmp_path):
         assert row["mean"] == pytest.approx((row["gsm8k"] + row["math500"]) / 2)
 
 
+@pytest.mark.model
 def test_suite_uses_each_agents_chat_template_and_the_paper_prompt(models, tmp_path, monkeypatch):
     """Prompts reach the agent rendered with the paper's template (and, here, no chat template: plain)."""
     from hacrl.trainer import evaluation
@@ -88,6 +90,7 @@ BAD = [
 ]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize(("extra", "needle"), BAD, ids=[b[1] for b in BAD])
 def test_bad_input_is_one_line_and_exit_2(models, capsys, extra, needle):
     assert main(["eval", "--model", str(models[0]), *extra]) == 2

@@ -57,6 +57,7 @@ MODEL_DAMAGE = [
 ]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name,damage,expected", MODEL_DAMAGE, ids=[f"{n}-{i}" for i, (n, _, _) in
                                                                     enumerate(MODEL_DAMAGE)])
 def test_a_damaged_model_is_one_line_naming_the_file(trained, tmp_path, capsys, name, damage, expected):
@@ -83,6 +84,7 @@ CHECKPOINT_DAMAGE = [
 ]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name,damage", CHECKPOINT_DAMAGE, ids=[n for n, _ in CHECKPOINT_DAMAGE])
 def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(trained, tmp_path, capsys, name, damage):
     run = tmp_path / "run"
@@ -104,6 +106,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(trained, tmp
     assert verify_checkpoint(run / "checkpoints/step-000002") is None  # step 2 trained and saved again
 
 
+@pytest.mark.model
 def test_no_usable_checkpoint_names_the_command_that_starts_over(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
@@ -118,6 +121,7 @@ def test_no_usable_checkpoint_names_the_command_that_starts_over(trained, tmp_pa
            "the checkpoint is damaged: trainer_state.pt")
 
 
+@pytest.mark.model
 def test_a_checkpoint_file_damaged_in_place_is_one_line_naming_it(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
@@ -152,6 +156,7 @@ EVAL_RUN = [(_no_config, "no config.yaml"), (_broken_yaml, "not valid YAML"), (_
             (_no_checkpoint, "no complete checkpoint")]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("damage,expected", EVAL_RUN, ids=[f.__name__ for f, _ in EVAL_RUN])
 def test_eval_of_a_broken_run_directory_is_one_line(trained, tmp_path, capsys, damage, expected):
     run = tmp_path / "run"
@@ -183,6 +188,7 @@ def test_output_paths_that_cannot_be_a_run_directory(tmp_path, capsys, monkeypat
     assert afile.read_text() == "x" and not (tmp_path / "new").exists()
 
 
+@pytest.mark.model
 def test_overwrite_deletes_nothing_in_a_directory_that_is_not_a_run(trained, tmp_path, capsys):
     user = tmp_path / "mine"
     (user / "notes").mkdir(parents=True)
@@ -202,6 +208,7 @@ def test_overwrite_deletes_nothing_in_a_directory_that_is_not_a_run(trained, tmp
     assert verify_checkpoint(runs / "exp1/checkpoints/step-000002") is None
 
 
+@pytest.mark.model
 def test_a_second_trainer_on_a_running_directory_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
@@ -230,6 +237,7 @@ def test_a_second_trainer_on_a_running_directory_is_refused(tmp_path, capsys):
 
 # ---- divergence ---------------------------------------------------------------------------------------------
 
+@pytest.mark.model
 def test_a_diverging_learning_rate_names_agent_step_and_phase(tmp_path, capsys):
     out = tmp_path / "run"
     err = failed(capsys, [*TRAIN, "--set", "agents.llama-bpe.lr=1e30", "--output", str(out)],
@@ -238,6 +246,7 @@ def test_a_diverging_learning_rate_names_agent_step_and_phase(tmp_path, capsys):
     assert not out.exists()  # nothing to resume: the retry needs no --overwrite
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("phase,value,expected", [
     ("update", float("nan"), "its weights became non-finite"),
     ("rollout", 1e30, "non-finite logits"),  # finite but huge weights: the next rollout meets inf logits

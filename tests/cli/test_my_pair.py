@@ -7,6 +7,7 @@ import json
 import warnings
 from pathlib import Path
 
+import pytest
 import yaml
 
 from hacrl.cli import main
@@ -46,6 +47,7 @@ def test_the_example_is_the_hub_pair_preset_with_comments():
     assert all(a.dtype == "float32" and a.autocast == "bfloat16" and a.template == "chat" for a in example.agents)
 
 
+@pytest.mark.model
 def test_the_example_trains_two_steps_with_the_tiny_models_swapped_in(tmp_path, capsys):
     data = tmp_path / "gsm8k-mini"
     gsm_file(data / "train.jsonl", 40)

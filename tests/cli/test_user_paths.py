@@ -68,6 +68,7 @@ def test_a_failed_run_leaves_no_empty_runs_directory(tmp_path, monkeypatch, caps
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.model
 def test_resume_by_run_directory_from_its_own_config(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--preset", "tiny-test", *QUICK, "--output", str(run), "-q"]) == 0

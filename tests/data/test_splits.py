@@ -169,6 +169,7 @@ def test_builtin_copy_not_made_yet_is_checked_from_its_recipe(tmp_path, monkeypa
     assert gguf.finetune_questions(f"builtin:{gguf.SMOLLM2}") is None
 
 
+@pytest.mark.model
 def test_trainer_refuses_an_agent_fine_tuned_on_held_out_problems(tmp_path):
     from hacrl.trainer.trainer import Trainer
 

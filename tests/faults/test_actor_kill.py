@@ -100,6 +100,7 @@ def test_a_failpoint_fires_only_in_the_agent_rank_and_step_it_names(monkeypatch)
     assert not fires("a/save@2", "save", 2, None)
 
 
+@pytest.mark.model
 @pytest.mark.usefixtures("ray_instance")
 def test_an_actor_killed_by_pid_before_a_rollout_is_named_and_the_run_resumes(tmp_path, reference, monkeypatch):
     cfg = load_config("tiny-test", overrides=[*OVERRIDES, "backend.name=ray"])
@@ -138,6 +139,7 @@ CASES = {
 }
 
 
+@pytest.mark.model
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_instance")
 @pytest.mark.parametrize("case", list(CASES))
@@ -169,6 +171,7 @@ def test_an_actor_killed_in_each_phase_stops_with_one_line_and_resumes_exactly(t
     assert not list((out / "checkpoints").glob(".tmp-*"))
 
 
+@pytest.mark.model
 @pytest.mark.slow  # 60-180 s on 2 shared cores: a Ray run, a kill, a resume
 @pytest.mark.usefixtures("ray_instance")
 def test_in_async_mode_an_actor_killed_mid_run_is_named_and_the_run_resumes_with_its_pool(tmp_path, monkeypatch):

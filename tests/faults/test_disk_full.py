@@ -18,7 +18,6 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-import torch
 
 from hacrl.cli import main
 from hacrl.errors import DiskFull
@@ -30,11 +29,6 @@ ARGS = ["train", "--preset", "tiny-test", "--set", "trainer.steps=2", "--set", "
         "--set", "trainer.eval_every=1", "--set", "trainer.eval_size=10", "--set", "trainer.log_samples=1", "-q"]
 LOGS = ("metrics.jsonl", "eval.jsonl", "eval_problems.jsonl")
 NO_SPACE = "hacrl: error: disk full writing "
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
 
 
 def metrics(run_dir: Path) -> list[dict]:
@@ -152,6 +146,7 @@ SITES = {
 }
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("site", list(SITES))
 def test_a_full_disk_at_each_write_is_one_line_and_resuming_matches_an_uninterrupted_run(
         tmp_path, capsys, monkeypatch, enospc, reference, site):
@@ -171,6 +166,7 @@ def test_a_full_disk_at_each_write_is_one_line_and_resuming_matches_an_uninterru
     assert_clean(out)
 
 
+@pytest.mark.model
 def test_a_resume_that_finds_the_disk_full_leaves_the_file_it_rewrites_whole(tmp_path, capsys, enospc, reference):
     out = tmp_path / "run"
     free_space = enospc("metrics.jsonl", 3)  # step 2's evaluation records are written, its metrics line is not
@@ -191,6 +187,7 @@ def test_a_resume_that_finds_the_disk_full_leaves_the_file_it_rewrites_whole(tmp
     assert outputs(out) == reference
 
 
+@pytest.mark.model
 def test_a_fresh_run_that_never_checkpointed_is_removed_and_started_again(tmp_path, capsys, enospc, reference):
     out = tmp_path / "runs" / "run"
     free_space = enospc("config.yaml.tmp")  # the first file a run writes
@@ -234,6 +231,7 @@ def test_quota_and_library_errors_are_recognised(tmp_path):
     assert files.is_disk_full(wrapped) and not files.is_disk_full(RuntimeError("unexpected pos 576 vs 534"))
 
 
+@pytest.mark.model
 def test_a_compare_report_is_written_whole_or_not_at_all(tmp_path, capsys, enospc):
     out = tmp_path / "cmp"
     argv = ["compare", "--preset", "tiny-test", "--algos", "hacpo", "--seeds", "1", "--set", "trainer.steps=1",
@@ -272,6 +270,7 @@ def small_disk(tmp_path):
             subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+@pytest.mark.model
 def test_a_real_full_disk(small_disk, capsys, reference):
     disk, grow = small_disk
     out = disk / "run"

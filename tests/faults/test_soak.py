@@ -20,6 +20,8 @@ from hacrl.agents.tiny import tiny_agent_path
 from hacrl.config import load_config
 from hacrl.trainer.trainer import Trainer
 
+pytestmark = pytest.mark.model
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 
 

@@ -27,6 +27,7 @@ from hacrl.rollout import Sample, SamplingParams, get_engine
 
 DEVICE = os.environ.get("HACRL_TEST_DEVICE", "cuda")
 pytestmark = [
+    pytest.mark.model,
     pytest.mark.gpu,
     pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]

@@ -31,6 +31,7 @@ from hacrl.learner import sharding
 
 DEVICE = os.environ.get("HACRL_TEST_DEVICE", "cuda")
 pytestmark = [
+    pytest.mark.model,
     pytest.mark.gpu,
     pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]

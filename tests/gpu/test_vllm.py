@@ -24,6 +24,7 @@ from hacrl.data.tasks import get_task
 from hacrl.rollout import Sample, SamplingParams, get_engine
 
 pytestmark = [
+    pytest.mark.model,
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm extra"),

@@ -22,7 +22,7 @@ from hacrl.config import load_config
 from hacrl.run import checkpoint as ckpt
 from hacrl.trainer.trainer import Trainer
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.model
 IDS = ["qwen-char", "llama-bpe"]
 COMMON = ["trainer.eval_size=10", "run.loggers=[jsonl]", "trainer.log_samples=0"]
 

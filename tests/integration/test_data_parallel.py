@@ -16,6 +16,8 @@ from hacrl.agents.tiny import tiny_agent_path
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.update import LossSettings, ViewRow, update_learner
 
+pytestmark = pytest.mark.model
+
 SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025,
                         max_log_ratio=10.0, kl_coef=0.0, imitation_coef=1.0, rollout_correction="off",
                         rollout_correction_cap=2.0)
@@ -60,7 +62,6 @@ def _rank(rank, world, init_file, out_dir):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_data_parallel_update_equals_one_process(tmp_path, world):
-    torch.set_num_threads(1)
     agent = make_agent()
     expected = run_update(agent)
     mp.spawn(_rank, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world, join=True)

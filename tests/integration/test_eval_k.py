@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hacrl.config import load_config
 from hacrl.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.model
 
 
 def test_eval_k_records_sampled_accuracy(tmp_path):

@@ -93,6 +93,7 @@ def evaluate_once(tmp_path, *overrides):
     return trainer, direct, rescored.rewards, metrics
 
 
+@pytest.mark.model
 def test_trainer_writes_a_record_per_agent_and_suite_that_matches_eval_jsonl(tmp_path):
     trainer, direct, rewards, metrics = evaluate_once(tmp_path, "trainer.eval_k=3", "trainer.eval_texts=5", RAISES_ON_ONES,
                                                       f"trainer.eval_benchmarks.gsm8k={GSM8K}",
@@ -140,6 +141,7 @@ def test_trainer_writes_a_record_per_agent_and_suite_that_matches_eval_jsonl(tmp
     assert first["reward"][:5] == [0.0, 0.0, 0.0, 0.0, 1.0]  # 33+31=64 is not 74; 06+61=67
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("k", [0, 1])
 def test_an_answer_cut_by_the_budget_is_unfinished(tmp_path, k):
     # three tokens: a two-digit answer ends with EOS, a three-digit one is cut before its EOS (yet may be right)
@@ -174,6 +176,7 @@ def train(tmp_path, name, *overrides, resume_from=None):
     return run
 
 
+@pytest.mark.model
 def test_a_resumed_run_has_the_uninterrupted_runs_records(tmp_path):
     straight = train(tmp_path, "straight", "trainer.steps=4")
     # the interrupted run went on to step 3 (and a torn line) past its step-2 checkpoint
@@ -188,6 +191,7 @@ def test_a_resumed_run_has_the_uninterrupted_runs_records(tmp_path):
     assert foreign_entries(resumed) == []  # a run directory: --overwrite may replace it
 
 
+@pytest.mark.model
 def test_a_longer_budget_is_evaluated_before_and_after_training_only(tmp_path):
     # answers cut at 3 tokens during training; trainer.eval_budget=5 evaluates the same problems again with room
     # for a three-digit answer and its EOS, at step 0 and at the end, never in between
@@ -216,6 +220,7 @@ def test_a_longer_budget_is_evaluated_before_and_after_training_only(tmp_path):
         is None
 
 
+@pytest.mark.model
 def test_a_cached_start_evaluation_equals_a_computed_one_and_changes_nothing_else(tmp_path, monkeypatch, caplog):
     cache = tmp_path / "cache"
     overrides = ("trainer.steps=2", "trainer.eval_budget=6", "trainer.eval_texts=3")

@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch.testing import assert_close
 
 from hacrl.core import CapabilityTracker, LossInputs, hacpo_advantages, hacpo_loss, stepwise_lower_bound
+
+pytestmark = pytest.mark.model
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "minimal_hacpo.py"
 
@@ -35,7 +38,6 @@ def test_one_step_of_the_example_is_what_hacrl_core_computes():
     equal CapabilityTracker, hacpo_advantages and hacpo_loss on the same rows."""
     ex = load_example()
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     agents = [ex.Agent("qwen2-char", lr=0.0), ex.Agent("llama-bpe", lr=0.0)]
     batch = [("12+30=", "42"), ("07+08=", "15")]
     texts = {0: [["42", "41", "42"], ["15", "15", "16"]], 1: [["42", "4", "43"], ["1", "15", "51"]]}

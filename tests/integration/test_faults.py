@@ -14,6 +14,8 @@ import pytest
 
 from hacrl.run.checkpoint import complete_checkpoints
 
+pytestmark = pytest.mark.model
+
 ARGS = ["--preset", "tiny-test", "--set", "trainer.steps=4", "--set", "trainer.checkpoint_every=1",
         "--set", "trainer.eval_size=20", "--set", "trainer.keep_last=2", "-q"]
 

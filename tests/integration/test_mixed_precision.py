@@ -131,8 +131,8 @@ def rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
+@pytest.mark.model
 def test_bf16_mixed_precision_stays_near_float32_and_moves_the_float32_masters(tmp_path):
-    torch.set_num_threads(1)
     plain = make_agent()
     want = loss_and_grads(plain)
     old = old_logps(plain)

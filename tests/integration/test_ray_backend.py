@@ -15,6 +15,8 @@ from hacrl.trainer.trainer import Trainer
 
 ray = pytest.importorskip("ray")
 
+pytestmark = pytest.mark.model
+
 THREE = ("agents=[{id: small, model: 'builtin:qwen2-char-small', lr: 3.0e-4}, "
          "{id: qwen-char, model: 'builtin:qwen2-char', lr: 3.0e-4}, "
          "{id: llama-bpe, model: 'builtin:llama-bpe', lr: 3.0e-4}]")

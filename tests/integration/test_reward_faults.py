@@ -11,6 +11,8 @@ from hacrl.config import load_config
 from hacrl.errors import InputError
 from hacrl.trainer.trainer import Trainer
 
+pytestmark = pytest.mark.model
+
 HERE = Path(__file__).resolve().parent
 
 

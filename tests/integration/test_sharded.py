@@ -109,13 +109,13 @@ def assert_same(a, b, what, atol=1e-12):
                                    msg=f"{what}: {k}")
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-offload"])
 def test_sharded_update_checkpoint_and_export(tmp_path, lora):
     if lora:
         pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(1)
     plain = make_agent(lora)
     expected1 = run_update(plain, 0)
     weights1 = full_state(plain)

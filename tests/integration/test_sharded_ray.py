@@ -15,7 +15,7 @@ from hacrl.trainer.trainer import Trainer
 ray = pytest.importorskip("ray")
 # about a minute each on 2 shared cores (two Ray runs), so twice the default timeout; the update itself is
 # tested without Ray in test_sharded.py
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.model]
 
 COMMON = ["trainer.steps=2", "trainer.eval_size=20", "trainer.threads=1", "backend.num_cpus_per_agent=0.5",
           "backend.name=ray", "agents.qwen-char.data_parallel=2",

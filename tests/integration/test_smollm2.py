@@ -53,6 +53,7 @@ def test_cache_dir_follows_hacrl_cache(monkeypatch, tmp_path):
     assert gguf.cache_dir() == tmp_path / "models"
 
 
+@pytest.mark.model
 @pytest.mark.slow
 @pytest.mark.timeout(1900)  # past the subprocess's own 1800 s limit, which fails with its stderr
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))

@@ -14,6 +14,8 @@ from hacrl.config import load_config
 from hacrl.rollout import SamplingParams, get_engine
 from hacrl.trainer.trainer import Trainer
 
+pytestmark = pytest.mark.model
+
 THREE = [
     ("agents=[{id: small, model: 'builtin:qwen2-char-small', lr: 3.0e-4}, "
      "{id: qwen-char, model: 'builtin:qwen2-char', lr: 3.0e-4}, {id: llama-bpe, model: 'builtin:llama-bpe', lr: 3.0e-4}]")
@@ -282,7 +284,7 @@ def test_the_shared_prompt_forward_takes_the_plain_forwards_step(tmp_path, algo)
     shared = make_trainer(tmp_path, *kl, name="shared")
     a, b = plain.step(), shared.step()
     # compared through the step's metrics (after AdamW, weights whose gradient is ~0 move by ±lr on float
-    # rounding alone; the log-probs and gradients themselves: tests/integration/test_shared_prompt.py)
+    # rounding alone; the log-probs and gradients themselves: tests/agents/test_shared_prompt.py)
     keys = [k for k in a if k.startswith("agent/") and k.rsplit("/", 1)[-1] in
             ("pg_loss", "kl", "grad_norm", "ratio_mean", "clip_frac")]
     assert len(keys) >= 8

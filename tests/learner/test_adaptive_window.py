@@ -31,8 +31,6 @@ from hacrl.pool import TrajectoryPool
 from hacrl.trainer.trainer import Trainer, rescue_share
 from hacrl.types import Problem, Trajectory
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 # ---- the loss takes one bound per row -----------------------------------------------------------------------
 
 def _cross_inputs(ratios: list[float], advantages: list[float]) -> LossInputs:
@@ -72,6 +70,7 @@ def test_each_row_is_clipped_at_its_own_bound():
 
 # ---- the learner: bounds per source and step, ratios reported -------------------------------------------------
 
+@pytest.mark.model
 def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy):
     agent = make_agent()
     mbs = ablation_minibatches(agent)  # 3 minibatches: 2 own rows, then 4 of agent 1 at CROSS_RATIOS
@@ -91,6 +90,7 @@ def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy
     assert seen[1] == pytest.approx(list(CROSS_RATIOS) * 3, rel=1e-6)  # π_old travels in float32
 
 
+@pytest.mark.model
 def test_a_fixed_window_passes_the_float_bound(spy):
     agent = make_agent()
     calls = run_algorithm("hacpo", agent, ablation_minibatches(agent), spy)
@@ -116,6 +116,7 @@ def _trainer(tmp_path, name, *extra, resume_from=None):
     return Trainer(cfg, run_dir, resume_from=resume_from)
 
 
+@pytest.mark.model
 def test_the_trainer_sets_step_twos_bound_from_step_ones_ratios(tmp_path, monkeypatch):
     observed: list[tuple[int, int, list[float]]] = []
     real = CrossWindow.observe
@@ -142,6 +143,7 @@ def test_the_trainer_sets_step_twos_bound_from_step_ones_ratios(tmp_path, monkey
     assert sorted((lrn, src) for lrn, src, _ in observed[:2]) == [(0, 1), (1, 0)]
 
 
+@pytest.mark.model
 def test_an_adaptive_run_resumes_exactly(tmp_path):
     def lines(run_dir):
         return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -24,8 +24,6 @@ from hacrl.pool import TrajectoryPool
 from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
                         kl_coef=0.0, imitation_coef=1.0, rollout_correction="off", rollout_correction_cap=2.0)
 
@@ -61,6 +59,7 @@ def run(agent, rows, mode: str, cap: float = 2.0, algo: str = "gspo") -> dict[st
                           grad_clip=1e9)
 
 
+@pytest.mark.model
 def test_the_weight_scales_the_own_answers_loss_and_gradient(spy):
     # w = 3 on both own answers. off: pg = −(1 + 0.5)/2 = −0.75. truncate at 2: min(3, 2) = 2 → −1.5, gradient
     # ×2. masked-is with C = 4: 3 lies in [1/4, 4] → −2.25, ×3. mask at C = 2: 3 is outside [1/2, 2] → 0, no gradient.
@@ -87,6 +86,7 @@ def test_the_weight_scales_the_own_answers_loss_and_gradient(spy):
     assert trunc["rollout_is/applied_mean"] == pytest.approx(2.0, rel=1e-6)
 
 
+@pytest.mark.model
 def test_weighted_micro_batches_add_up_to_the_minibatch(spy):
     # different weights per answer (w = 1.5 on one, min(3, 2) = 2 on the other): one pass of both rows or one
     # per row gives the same gradient
@@ -100,6 +100,7 @@ def test_weighted_micro_batches_add_up_to_the_minibatch(spy):
     assert norms[0] > 1e-3 and norms[1] == pytest.approx(norms[0], rel=1e-9)
 
 
+@pytest.mark.model
 def test_cross_answers_are_never_weighted(spy):
     # hacpo: agent 1's answer keeps weight 1 whatever it carries; own answers get min(3, 2) = 2.
     # A cross answer at ratio 1 is inside [ℓ_0, 1] = [0.8, 1]: c·sg(c)·ω·A = 1 → pg = −(2·1 + 2·0.5 + 1)/3
@@ -115,6 +116,7 @@ def test_cross_answers_are_never_weighted(spy):
     assert spy[-1].inputs.rollout_weight_B.tolist() == pytest.approx([2.0, 2.0, 1.0])
 
 
+@pytest.mark.model
 def test_without_the_engines_logprob_the_weight_is_one_by_construction(spy):
     # π_old is the engine's own log-prob (hf at temperature 1): no behaviour log-prob, w = 1, nothing logged
     agent = make_agent()
@@ -125,6 +127,7 @@ def test_without_the_engines_logprob_the_weight_is_one_by_construction(spy):
     assert trunc["pg_loss"] == plain["pg_loss"] and trunc["grad_norm"] == plain["grad_norm"]
 
 
+@pytest.mark.model
 def test_the_view_reads_the_engines_logprob_of_own_answers_only():
     agent = make_agent()
     ids = tuple(agent.encode_answer("42", finished=True)[0])
@@ -169,6 +172,7 @@ def step_weights(tmp_path, spy, overrides: list[str]) -> tuple[list[float], dict
     return [w for x in spy for w in x.inputs.rollout_weight_B.tolist()], metrics
 
 
+@pytest.mark.model
 def test_the_configs_mode_and_cap_reach_the_loss(tmp_path, spy):
     off, m_off = step_weights(tmp_path, spy, ["algorithm.rollout_correction=auto"])  # hf: off
     assert off and set(off) == {1.0}

@@ -90,6 +90,7 @@ def test_mixed_precision_policy_casts_compute_and_reduces_in_float32():
     assert (bf16.param_dtype, bf16.reduce_dtype) == (torch.bfloat16, torch.float32)
 
 
+@pytest.mark.model
 def test_a_plain_model_is_left_alone_and_counts_whole_tensors():
     agent = make_agent(reference=False)
     model = agent.model
@@ -152,6 +153,7 @@ def _layout(rank, group, tmp_path):
     return out
 
 
+@pytest.mark.model
 def test_sharding_splits_every_unit_sums_gradients_and_clips_the_whole_norm(tmp_path):
     outs = run_ranks(_layout, tmp_path)
     for rank, out in enumerate(outs):
@@ -201,6 +203,7 @@ def _policies(rank, group, tmp_path):
     return out
 
 
+@pytest.mark.model
 def test_offload_mixed_precision_and_the_agents_group_reach_every_unit_of_model_and_reference(tmp_path):
     for out in run_ranks(_policies, tmp_path):
         for name in ("model", "ref"):
@@ -240,6 +243,7 @@ def _gather(rank, group, tmp_path):
     return out
 
 
+@pytest.mark.model
 def test_gather_full_lets_ranks_generate_apart_and_reshard_full_restores_training_layout(tmp_path):
     plain = make_agent(reference=False).model
     for rank, out in enumerate(run_ranks(_gather, tmp_path)):
@@ -275,6 +279,7 @@ def _replicas(rank, group, tmp_path):
     return out
 
 
+@pytest.mark.model
 def test_replica_gradients_are_summed_in_place_and_a_missing_one_counts_as_zeros(tmp_path):
     for out in run_ranks(_replicas, tmp_path):
         assert out["frozen"] is None  # not trained: left without a gradient
@@ -327,6 +332,7 @@ def _checkpoint(rank, group, tmp_path):
     return out
 
 
+@pytest.mark.model
 def test_a_sharded_checkpoint_puts_back_model_optimizer_and_reference_and_exports_hugging_face(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -367,6 +373,7 @@ def _export_mismatch(rank, group, tmp_path):
     return {"errors": errors}
 
 
+@pytest.mark.model
 def test_an_export_that_does_not_match_the_model_is_refused_on_rank_0(tmp_path):
     outs = run_ranks(_export_mismatch, tmp_path)
     unexpected, missing = outs[0]["errors"]
@@ -410,6 +417,7 @@ def _export_head_once(rank, group, tmp_path):
     return {"logits": want}
 
 
+@pytest.mark.model
 def test_an_export_beside_the_shards_ties_a_head_the_gathered_state_leaves_out(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -441,6 +449,7 @@ def _lora_export(rank, group, tmp_path):
     return {"logits": want, "ids": ids}
 
 
+@pytest.mark.model
 def test_a_lora_agent_exports_its_adapter_and_a_merged_model(tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -21,7 +21,7 @@ from hacrl.rollout import SamplingParams
 from hacrl.rollout.base import Sample
 from hacrl.types import Problem
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.model
 
 PROBLEMS = [Problem(f"p{i}", f"{i}+{i}=", str(2 * i)) for i in range(1, 5)]
 

@@ -31,8 +31,6 @@ SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delt
                         rollout_correction_cap=2.0)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def make_agent(model: str = "qwen2-char", index: int = 0):
     torch.manual_seed(0)
@@ -77,6 +75,7 @@ def test_the_baseline_weighs_each_answer_by_omega_learner_source():
 
 # ---- the stepwise bound ℓ_m: per minibatch, restarting for every learner and every step --------------------------
 
+@pytest.mark.model
 def test_cross_lower_bound_per_minibatch_restarts_per_learner_and_step(tmp_path, spy):
     # tiny-test: B = 4 prompts, G = 4, 2 agents → 32 rows per learner in minibatches of one prompt (8 rows):
     # 4 optimizer steps, each one loss call (micro-batch 64), ℓ_m = 0.8 + 0.025·m for m = 0..3
@@ -137,6 +136,7 @@ def differences(a, b) -> set[str]:  # two Call records of the spy (conftest.py)
     return out
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("ablation, changes", [
     ("hacpo-noclip", {"cross_clip"}),
     ("hacpo-alpha0", {"alpha"}),
@@ -157,6 +157,7 @@ def test_an_ablation_changes_only_what_it_names(spy, ablation, changes):
     assert any(abs(p.value - a.value) > 1e-6 for p, a in zip(plain, ablated))
 
 
+@pytest.mark.model
 def test_ablation_settings_are_the_papers_switches(spy):
     agent = make_agent()
     mbs = ablation_minibatches(agent)
@@ -180,6 +181,7 @@ def token_logps_by_hand(agent, prompt_ids: list[int], answer_ids: list[int]) -> 
     return tuple(float(logp[len(prompt_ids) - 1 + t, tok]) for t, tok in enumerate(answer_ids))
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("shared", [True, False])
 def test_grpo_old_token_logprobs_sit_under_their_answer_tokens(spy, shared):
     # own answers of different lengths after prompts of different lengths; π_old per token is the model's
@@ -211,6 +213,7 @@ def test_grpo_old_token_logprobs_sit_under_their_answer_tokens(spy, shared):
 
 # ---- GRPO's clip radii: the config's, the algorithm's default when unset ----------------------------------------
 
+@pytest.mark.model
 @pytest.mark.parametrize("overrides, expected", [
     ([], (0.2, 0.28)),  # grpo's own default (DAPO), not GSPO's 3e-4 / 4e-4
     (["algorithm.clip_low=0.1"], (0.1, 0.28)),
@@ -276,6 +279,7 @@ def imitation_rows(agent) -> list[ViewRow]:
     return rows
 
 
+@pytest.mark.model
 def test_imitation_learner_path_by_hand(spy):
     agent = make_agent()
     rows = imitation_rows(agent)
@@ -296,6 +300,7 @@ def test_imitation_learner_path_by_hand(spy):
     assert metrics["count/imitated"] == 1 and metrics["count/cross"] == 4
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("micro", [1, 4, 64])
 def test_imitation_with_lambda_zero_is_gspo_on_the_own_answers(spy, micro):
     # the same update as gspo on the learner's own two rows alone: loss, gradient norm (micro-batches of the
@@ -314,6 +319,7 @@ def test_imitation_with_lambda_zero_is_gspo_on_the_own_answers(spy, micro):
     assert im["pg_loss"] == pytest.approx(gs["pg_loss"], rel=1e-6, abs=1e-9)
 
 
+@pytest.mark.model
 def test_imitation_update_is_split_invariant(spy):
     # λ = 1: micro-batches of 1, 2 and 4 of the six rows give the full minibatch's gradient
     agent = make_agent()
@@ -324,6 +330,7 @@ def test_imitation_update_is_split_invariant(spy):
     assert norms[1:] == pytest.approx([norms[0]] * 3, rel=1e-6)
 
 
+@pytest.mark.model
 def test_imitation_makes_hacpos_optimizer_steps_on_hacpos_rows(tmp_path, spy):
     # tiny-test: B = 4, G = 4, 2 agents → per learner 32 rows in minibatches of one prompt (8 rows): 4 optimizer
     # steps per learner, each one loss call (micro-batch 64), for hacpo and imitation alike
@@ -341,6 +348,7 @@ def test_imitation_makes_hacpos_optimizer_steps_on_hacpos_rows(tmp_path, spy):
     assert [c.inputs.logp_BT.shape[0] for c in spy] == [c.inputs.logp_BT.shape[0] for c in hacpo] == [8] * 8
 
 
+@pytest.mark.model
 def test_imitation_coef_reaches_the_loss(tmp_path, spy):
     run_trainer(tmp_path, ["algorithm.name=imitation", "algorithm.imitation_coef=0.25"])
     assert spy and {c.settings["imitation_coef"] for c in spy} == {0.25}
@@ -348,6 +356,7 @@ def test_imitation_coef_reaches_the_loss(tmp_path, spy):
 
 # ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
 
+@pytest.mark.model
 def test_build_view_rows_carry_reward_truncation_eos_and_the_per_token_behaviour_logprob():
     from hacrl.learner.update import build_view
     from hacrl.pool import TrajectoryPool
@@ -422,6 +431,7 @@ def test_token_level_loss_inputs_name_the_missing_rollout_logprobs():
         loss_inputs([cross], ALGORITHMS.get("grpo"), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), None)
 
 
+@pytest.mark.model
 def test_observed_cross_ratios_are_clamped_as_the_loss_clamps_them(spy):
     # π_old mean +50 against the agent's own log-probs (< 0): log s < −50, clamped to −max_log_ratio = −2
     agent = make_agent()
@@ -482,6 +492,7 @@ def test_clip_grad_norm_without_gradients_is_zero():
     assert clip_grad_norm(torch.nn.Linear(2, 2), 1.0) == 0.0
 
 
+@pytest.mark.model
 def test_a_model_that_cannot_share_the_prompt_takes_the_plain_pass(spy, monkeypatch):
     from hacrl.agents.shared_prompt import supports_shared_prompt
     from hacrl.learner import update
@@ -503,6 +514,7 @@ def test_a_model_that_cannot_share_the_prompt_takes_the_plain_pass(spy, monkeypa
     assert len(spy) == 1 and math.isfinite(out["pg_loss"])
 
 
+@pytest.mark.model
 def test_a_parameter_without_a_gradient_in_a_minibatch_is_not_moved():
     # A trainable parameter that one minibatch uses and the next does not (an expert its router skipped)
     # must not move on the second: its gradient is reset to None, which AdamW skips. Reset to zeros instead,
@@ -528,6 +540,7 @@ def test_a_parameter_without_a_gradient_in_a_minibatch_is_not_moved():
     assert torch.equal(expert.detach(), after_first)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("shared", [True, False])
 def test_the_reference_logprobs_sit_on_the_marked_rows_only(shared):
     # the KL reference runs on the rows marked (the own answers) and leaves zeros on the others; its values

@@ -20,8 +20,6 @@ from hacrl.learner import update
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.update import _accumulate, assign_advantages, update_learner
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def rows_of(agent) -> list:
     # learner 0: two own answers and two of agent 1, to one prompt
@@ -47,6 +45,7 @@ def run(agent, algo_name: str, kl_coef: float, spy, *, shared: bool = True) -> d
     return update_learner(agent, [rows], algo, settings, micro_batch_size=64, grad_clip=1.0, shared_prompt=shared)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("algo_name, ref_on", [("hacpo", [True, False, True, False]), ("naive", [True] * 4)])
 @pytest.mark.parametrize("kl_coef", [0.05, 1.0])  # a coefficient at or below 1 is a KL term too
 def test_the_reference_logprobs_reach_the_loss_on_the_rows_the_kl_term_covers(spy, algo_name, ref_on, kl_coef):
@@ -66,6 +65,7 @@ def test_the_reference_logprobs_reach_the_loss_on_the_rows_the_kl_term_covers(sp
     assert metrics["kl"] > 0 and metrics["busy_reference_s"] >= 0
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("kl_coef, reference", [(0.0, True), (0.1, False)])
 def test_no_reference_pass_without_a_kl_coefficient_or_a_reference_model(spy, kl_coef, reference):
     agent = referenced_agent() if reference else make_agent()
@@ -75,6 +75,7 @@ def test_no_reference_pass_without_a_kl_coefficient_or_a_reference_model(spy, kl
     assert "busy_reference_s" not in metrics
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("shared", [True, False])
 def test_each_phase_reports_its_seconds_under_its_name(spy, shared):
     agent = referenced_agent()
@@ -84,6 +85,7 @@ def test_each_phase_reports_its_seconds_under_its_name(spy, shared):
     assert all(metrics[k] >= 0 for k in busy)
 
 
+@pytest.mark.model
 def test_grad_norm_is_the_row_weighted_mean_over_minibatches(spy, monkeypatch):
     agent = make_agent()
     rows = rows_of(agent)

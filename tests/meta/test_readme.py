@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
@@ -39,6 +41,7 @@ def test_shape_keeps_the_format_and_drops_the_numbers():
     assert _shape("  qwen-char before 0.627") != _shape("  qwen-char   before 0.627")  # alignment counts
 
 
+@pytest.mark.model
 def test_readme_demo_block_has_the_line_format_the_cli_prints(tmp_path):
     demo = [b for b in _fenced_blocks(README.read_text(encoding="utf-8")) if b and b[0].startswith("hacrl: ")]
     assert len(demo) == 1, "README.md: expected one fenced block of `make demo` output (its first line 'hacrl: ...')"

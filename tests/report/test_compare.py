@@ -29,8 +29,6 @@ ALGOS = "hacpo,gspo"
 SEEDS = 2
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 # ---- paired_difference ----------------------------------------------------------------------------
 
@@ -137,6 +135,7 @@ def test_seed_and_algo_parsing():
     assert parse_algos("hacpo@delta=0.6,gspo-x3") == ["hacpo@delta=0.6", "gspo-x3"]
 
 
+@pytest.mark.model
 def test_a_variant_runs_under_its_own_settings_and_every_gspo_multiple_is_a_baseline(tiny_models, tmp_path):
     out = tmp_path / "cmp"
     overrides = [o for o in _overrides(tiny_models) if not o.startswith("trainer.steps")] + ["trainer.steps=1"]
@@ -193,6 +192,7 @@ def _run_dirs(out):
     return [out / "runs" / a / f"seed-{s}" for a in ALGOS.split(",") for s in range(SEEDS)]
 
 
+@pytest.mark.model
 def test_comparison_writes_every_table_and_plot(comparison):
     out, report, lines = comparison
     assert report == out / "report.md"
@@ -237,6 +237,7 @@ def test_comparison_writes_every_table_and_plot(comparison):
     assert 0.0 <= summary["diagnostics"]["hacpo"]["qwen-char"]["in_window_frac"] <= 1.0
 
 
+@pytest.mark.model
 def test_same_seed_gives_every_algorithm_the_same_prompts(comparison):
     out, _, _ = comparison
 
@@ -249,6 +250,7 @@ def test_same_seed_gives_every_algorithm_the_same_prompts(comparison):
     assert prompts("hacpo", 0) != prompts("hacpo", 1)
 
 
+@pytest.mark.model
 def test_second_invocation_reuses_finished_runs(comparison, tiny_models, capsys):
     out, report, _ = comparison
     files = [run / "metrics.jsonl" for run in _run_dirs(out)]
@@ -265,6 +267,7 @@ def test_second_invocation_reuses_finished_runs(comparison, tiny_models, capsys)
     assert "| runs this time | 4 reused |" in report.read_text()
 
 
+@pytest.mark.model
 def test_changed_config_is_refused_before_anything_trains(comparison, tiny_models, tmp_path):
     src, _, _ = comparison
     out = tmp_path / "cmp"
@@ -276,6 +279,7 @@ def test_changed_config_is_refused_before_anything_trains(comparison, tiny_model
     assert not (out / "runs/hacpo/seed-0").exists()
 
 
+@pytest.mark.model
 def test_partial_run_is_resumed_and_checkpointless_run_restarted(comparison, tiny_models, tmp_path):
     src, _, _ = comparison
     out = tmp_path / "cmp"
@@ -317,6 +321,7 @@ def test_phase_seconds_count_each_phase_once():
     assert _phase_seconds(old) == 3.5 and _update_seconds(old) == 2.0
 
 
+@pytest.mark.model
 def test_finished_runs_without_checkpoints_are_reused_and_never_deleted(comparison, tiny_models,
                                                                         tmp_path):
     src, _, _ = comparison
@@ -357,6 +362,7 @@ def test_keep_checkpoints_is_checked_before_anything_trains(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.model
 def test_sampled_accuracy_is_reported_and_paired_like_the_greedy(comparison, tiny_models, tmp_path):
     src, _, _ = comparison
     out = tmp_path / "cmp"
@@ -390,6 +396,7 @@ def test_sampled_accuracy_is_reported_and_paired_like_the_greedy(comparison, tin
     assert text.split("### llama-bpe")[1].split("## Cost per run")[0].count("avg@") == 0
 
 
+@pytest.mark.model
 def test_dry_run_says_what_each_run_would_do_and_changes_nothing(comparison, tiny_models, tmp_path, capsys):
     src, _, _ = comparison
     out = tmp_path / "cmp"
@@ -416,6 +423,7 @@ def test_dry_run_says_what_each_run_would_do_and_changes_nothing(comparison, tin
     assert not (out / "runs/gspo/seed-1").exists()
 
 
+@pytest.mark.model
 def test_report_only_writes_the_report_from_the_finished_runs_and_trains_nothing(comparison, tiny_models,
                                                                                     tmp_path, capsys):
     src, _, _ = comparison
@@ -466,6 +474,7 @@ def test_a_config_file_layers_on_the_preset_as_in_train(tmp_path, capsys):
     assert cmd.startswith(f"hacrl compare --preset tiny-test --config {mine} --algos hacpo")
 
 
+@pytest.mark.model
 def test_a_wall_time_below_the_phases_is_counted_as_the_phases_and_marked(comparison, tiny_models, tmp_path):
     # a record that missed an invocation (killed before compare.json was kept after every step) has less wall
     # time than the run's own phase timings: the cost counts that run's phases, and both tables say so
@@ -487,6 +496,7 @@ def test_a_wall_time_below_the_phases_is_counted_as_the_phases_and_marked(compar
     assert "(1 of 2 runs: phases)" in text and " 0.0 (part) | " in text and "*(part)*: the recorded wall" in text
 
 
+@pytest.mark.model
 @pytest.mark.filterwarnings("ignore:No artists with labels")  # the stand-in draws nothing
 def test_a_curve_of_fewer_seeds_than_the_comparison_says_how_many(comparison, tmp_path, monkeypatch):
     # --report-only with an algorithm still training: its curve is the mean of fewer seeds, and its legend
@@ -511,6 +521,7 @@ def test_a_curve_of_fewer_seeds_than_the_comparison_says_how_many(comparison, tm
     plt.close(fig)
 
 
+@pytest.mark.model
 def test_a_run_another_process_is_training_is_named_before_anything_trains(comparison, tiny_models, tmp_path):
     # side-by-side lanes (one compare per algorithm or seed into one output): a full compare started meanwhile
     # stops at once with the run and its holder, rather than after hours at that run; --dry-run marks it
@@ -562,6 +573,7 @@ def test_the_reading_says_when_a_pair_has_fewer_seeds_than_the_comparison():
     assert "hacpo vs slow on a (+0.200, 2 of 3 seeds)" in text and "hacpo vs gspo on a (+0.100)" in text
 
 
+@pytest.mark.model
 def test_a_stopped_run_is_recorded_as_stopped_and_resumes(tiny_models, tmp_path):
     # SIGTERM (a scheduler's preemption) in step 1 of 2: the step finishes, a checkpoint is written, the record
     # says "stopped" at step 1, and the same command resumes it to the end

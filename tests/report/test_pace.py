@@ -163,6 +163,7 @@ def test_the_pace_section_of_the_report(tmp_path):
     assert render_pace({}) == []
 
 
+@pytest.mark.model
 def test_a_comparison_of_async_runs_finds_their_final_accuracy_and_reuses_them(tmp_path):
     from hacrl.report.compare import run_comparison
 

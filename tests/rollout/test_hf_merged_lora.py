@@ -26,6 +26,7 @@ def _gap(agent, prompts, samples) -> float:
     return worst
 
 
+@pytest.mark.model
 def test_merged_copy_decodes_the_adapter_policy_and_follows_updates():
     torch.manual_seed(0)
     agent = load_agent("a", 0, tiny_agent_path("qwen2-char"), lora=LORA)

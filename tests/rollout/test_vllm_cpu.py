@@ -24,8 +24,6 @@ from hacrl.rollout import vllm as vllm_engine
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def _one_line(exc: pytest.ExceptionInfo) -> str:
     message = str(exc.value)
@@ -98,6 +96,7 @@ def _lora_agent_with_nonzero_adapter():
     return agent
 
 
+@pytest.mark.model
 def test_plain_weights_are_the_state_dict():
     agent = load_agent("a", 0, tiny_agent_path("qwen2-char"))
     ours = dict(vllm_engine.hf_weights(agent.model))
@@ -106,6 +105,7 @@ def test_plain_weights_are_the_state_dict():
     assert all(ours[k] is theirs[k] or torch.equal(ours[k], theirs[k]) for k in ours)
 
 
+@pytest.mark.model
 def test_lora_weights_are_merged_under_base_names():
     agent = _lora_agent_with_nonzero_adapter()
     before = {k: v.clone() for k, v in agent.model.state_dict().items()}
@@ -121,6 +121,7 @@ def test_lora_weights_are_merged_under_base_names():
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("lora", [False, True])
 def test_saved_copy_loads_as_the_same_model(tmp_path, lora):
     agent = _lora_agent_with_nonzero_adapter() if lora else load_agent("a", 0, tiny_agent_path("qwen2-char"))

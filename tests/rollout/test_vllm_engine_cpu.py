@@ -36,6 +36,7 @@ from hacrl.rollout import Sample, SamplingParams, get_engine
 from hacrl.rollout.base import logprob_gap
 
 pytestmark = [
+    pytest.mark.model,
     pytest.mark.vllm_cpu,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                        reason="needs vLLM's CPU build: bash scripts/setup_vllm.sh, then run in .venv-vllm"),
@@ -49,10 +50,6 @@ TOL = {"float32": (1e-4, 1e-3), "bfloat16": (5e-2, 0.5)}  # (mean, max) |engine 
 @pytest.fixture(autouse=True)
 def _cpu_env(monkeypatch):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture

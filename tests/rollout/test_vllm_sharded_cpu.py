@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 pytestmark = [
+    pytest.mark.model,
     pytest.mark.vllm_cpu,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                        reason="needs vLLM's CPU build: bash scripts/setup_vllm.sh, then run in .venv-vllm"),

@@ -90,6 +90,7 @@ def trainer(tmp_path, monkeypatch):
 
 # ---- what a step's metrics say about its pool --------------------------------------------------------------
 
+@pytest.mark.model
 def test_pool_metrics_hand_computed(trainer):
     # a: prompt 0 right (3 tokens), wrong unfinished (4); prompt 1 half (2), unscorable (5)
     # b: prompt 1 right (2)    c: prompt 0 right (2), prompt 1 unscorable unfinished (4)
@@ -121,12 +122,14 @@ def test_pool_metrics_hand_computed(trainer):
     assert list(got) == list(want)[:1] + [k for k in got if k != "pool/size"]  # and no other keys
 
 
+@pytest.mark.model
 def test_a_one_prompt_pool_rescues_all_or_nothing(trainer):
     pool = TrajectoryPool(problems(1), [answer(0, 0, reward=0.0), answer(0, 1, reward=1.0), answer(0, 2, reward=None)])
     got = trainer._pool_metrics(pool, torch.zeros(3), torch.ones(3, 3))
     assert (got["agent/a/rescue/b"], got["agent/b/rescue/a"], got["agent/c/rescue/b"]) == (1.0, 0.0, 1.0)
 
 
+@pytest.mark.model
 def test_an_agent_without_answers_reads_zero_not_nan(trainer):
     pool = TrajectoryPool(problems(1), [answer(0, 0, reward=1.0)])
     got = trainer._pool_metrics(pool, torch.zeros(3), torch.ones(3, 3))
@@ -135,6 +138,7 @@ def test_an_agent_without_answers_reads_zero_not_nan(trainer):
 
 # ---- rewards back into the pool ------------------------------------------------------------------------------
 
+@pytest.mark.model
 def test_score_puts_each_reward_on_its_answer_and_counts_the_unscorable_per_agent(trainer, caplog):
     ps = problems(2)
     answers = [answer(0, 0, "right"), answer(1, 0, "?"), answer(0, 1, "wrong"), answer(1, 1, "half"),
@@ -159,6 +163,7 @@ def test_score_puts_each_reward_on_its_answer_and_counts_the_unscorable_per_agen
     assert caplog.messages == ["step 1: 3 answer(s) unscorable (none): answer 1: returned None"]
 
 
+@pytest.mark.model
 def test_a_timed_out_reward_is_logged_as_timed_out(trainer, caplog):
     def score(texts, _probs):
         result = ScoreResult([1.0, None])
@@ -172,6 +177,7 @@ def test_a_timed_out_reward_is_logged_as_timed_out(trainer, caplog):
     assert caplog.messages == ["step 7: 1 answer(s) timed out: answer 1: took longer than 5 s"]
 
 
+@pytest.mark.model
 def test_a_step_with_no_scorable_answer_is_one_clear_error(trainer):
     def score(texts, _probs):
         result = ScoreResult([None] * 3)
@@ -188,6 +194,7 @@ def test_a_step_with_no_scorable_answer_is_one_clear_error(trainer):
                               "task.reward_timeout_s")
 
 
+@pytest.mark.model
 def test_a_kind_counted_without_a_message_reads_empty(trainer):
     def score(texts, _probs):
         result = ScoreResult([None])
@@ -199,12 +206,14 @@ def test_a_kind_counted_without_a_message_reads_empty(trainer):
         trainer._score(problems(1), [answer(0, 0)])
 
 
+@pytest.mark.model
 def test_a_scorer_returning_fewer_rewards_than_answers_is_an_error(trainer):
     trainer.score = lambda texts, probs: scripted_score(texts[:-1], probs[:-1])
     with pytest.raises(ValueError, match="zip"):
         trainer._score(problems(1), [answer(0, 0, "right"), answer(0, 1, "right")])
 
 
+@pytest.mark.model
 def test_a_step_without_answers_is_not_an_error(trainer):
     trainer.score = lambda texts, probs: ScoreResult([])
     pool, stats = trainer._score(problems(1), [])
@@ -213,6 +222,7 @@ def test_a_step_without_answers_is_not_an_error(trainer):
 
 # ---- update metrics and cross ratios, each to its own agent -----------------------------------------------------
 
+@pytest.mark.model
 def test_update_done_routes_metrics_timings_and_cross_ratios_to_the_learner(trainer):
     window = trainer.window
     ceiling = window.ceiling
@@ -237,6 +247,7 @@ def test_update_done_routes_metrics_timings_and_cross_ratios_to_the_learner(trai
     assert window.bounds(2) == [ceiling, 0.3, ceiling]
 
 
+@pytest.mark.model
 def test_update_done_without_an_adaptive_window_keeps_every_metric(trainer):
     trainer.window = None
     timings: dict[str, float] = {}
@@ -245,12 +256,14 @@ def test_update_done_without_an_adaptive_window_keeps_every_metric(trainer):
     assert timings == {"timing/update/c": 1.0}
 
 
+@pytest.mark.model
 def test_a_backend_returning_fewer_agents_than_it_has_is_an_error(trainer):
     trainer.backend = Scripted([[], []], [{"busy_s": 0.0}] * 2, [])  # two results for three agents
     with pytest.raises(ValueError, match="zip"):
         trainer._rollout(problems(4))
 
 
+@pytest.mark.model
 def test_rollout_done_names_the_agent_and_splits_its_timings():
     timings: dict[str, float] = {"timing/rollout": 4.0}
     got = Trainer._rollout_done("b", {"busy_s": 3.0, "busy_recompute_s": 1.0, "tokens": 12.0}, timings)
@@ -268,6 +281,7 @@ def test_sub_phase_timings_take_only_busy_seconds():
 
 # ---- the data order ------------------------------------------------------------------------------------------
 
+@pytest.mark.model
 def test_next_problems_takes_a_batch_in_order_and_stops_short_with_a_clear_error(trainer):
     b = trainer.cfg.trainer.batch_size
     ps = problems(2 * b + 1)
@@ -281,6 +295,7 @@ def test_next_problems_takes_a_batch_in_order_and_stops_short_with_a_clear_error
 
 # ---- one whole step, scripted --------------------------------------------------------------------------------
 
+@pytest.mark.model
 def test_a_scripted_step(trainer):
     b, g = trainer.cfg.trainer.batch_size, trainer.derived.group_size
     assert (b, g) == (4, 4)
@@ -336,6 +351,7 @@ def test_a_scripted_step(trainer):
         [("c", "?", None, True)] * (g - 1)
 
 
+@pytest.mark.model
 def test_a_step_with_the_fixed_window_passes_no_bounds(tmp_path, monkeypatch):
     cfg = load_config("tiny-test", overrides=[THREE])
     t = Trainer(cfg, tmp_path, sinks=False)
@@ -366,6 +382,7 @@ def set_trainer(trainer: Trainer, **settings: Any) -> None:
     trainer.cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update=settings)})
 
 
+@pytest.mark.model
 def test_no_samples_file_without_log_samples(trainer):
     set_trainer(trainer, log_samples=0)
     trainer._write_samples(TrajectoryPool(problems(1), [answer(0, 0, reward=1.0)]))
@@ -385,6 +402,7 @@ class Recorder:
         pass
 
 
+@pytest.mark.model
 def test_the_loop_evaluates_and_checkpoints_on_its_cadence(trainer, monkeypatch):
     set_trainer(trainer, steps=5, eval_every=2, checkpoint_every=3)
     events: list[tuple] = []
@@ -425,6 +443,7 @@ def test_the_loop_evaluates_and_checkpoints_on_its_cadence(trainer, monkeypatch)
     assert (trainer.run_dir / "config.yaml").exists()
 
 
+@pytest.mark.model
 def test_a_resumed_loop_skips_the_start_evaluation_and_a_stop_request_ends_it_with_a_checkpoint(trainer,
                                                                                                  monkeypatch):
     set_trainer(trainer, steps=10, eval_every=2, checkpoint_every=0)
@@ -449,6 +468,7 @@ def test_a_resumed_loop_skips_the_start_evaluation_and_a_stop_request_ends_it_wi
     assert out["stopped"] is True and out["last"] is None  # "last" is the final evaluation's, not step 6's
 
 
+@pytest.mark.model
 def test_the_asynchronous_mode_runs_its_own_loop(trainer, monkeypatch):
     from hacrl.trainer import async_loop
 
@@ -462,6 +482,7 @@ def test_the_asynchronous_mode_runs_its_own_loop(trainer, monkeypatch):
 
 # ---- samples and signals -------------------------------------------------------------------------------------
 
+@pytest.mark.model
 def test_one_logged_sample_a_step_in_a_file_of_its_own(trainer):
     set_trainer(trainer, log_samples=1)
     pool = TrajectoryPool(problems(2), [answer(0, 0, "right", reward=1.0), answer(1, 1, "wrong", reward=0.0)])
@@ -473,6 +494,7 @@ def test_one_logged_sample_a_step_in_a_file_of_its_own(trainer):
         assert [json.loads(x)["problem_id"] for x in lines] == ["p0"]
 
 
+@pytest.mark.model
 def test_the_loop_takes_sigterm_while_it_runs_and_gives_it_back(trainer, monkeypatch):
     set_trainer(trainer, steps=1, eval_every=0, checkpoint_every=0)
     before = signal.getsignal(signal.SIGTERM)
@@ -492,6 +514,7 @@ def test_the_loop_takes_sigterm_while_it_runs_and_gives_it_back(trainer, monkeyp
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+@pytest.mark.model
 def test_the_loop_runs_off_the_main_thread_without_signal_handlers(trainer, monkeypatch):
     # a trainer driven from a worker thread (a notebook's, a service's) cannot install handlers: it runs anyway
     set_trainer(trainer, steps=1, eval_every=0, checkpoint_every=0)

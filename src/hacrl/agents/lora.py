@@ -18,7 +18,7 @@ Departure from full fine-tuning: the LoRA dropout (default 0) applies in the tra
 but not during rollout, so any dropout > 0 makes the training log-probs differ from π_old; keep it 0
 for the sequence ratio to start at exactly 1.
 
-Run: ``python -m pytest tests/integration/test_lora.py``.
+Run: ``python -m pytest tests/agents/test_lora.py``.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ def test_hub_names_are_recognised_by_spelling() -> None:
         assert not is_hub_name(local), local
 
 
+@pytest.mark.model
 def test_model_from_the_hub_cache_loads_offline(hub_cache: Path) -> None:
     from hacrl.agents.agent import load_agent
 
@@ -135,6 +136,7 @@ def test_dataset_from_the_hub_cache(hub_cache: Path) -> None:
         load_problems("tinyorg/gsm8k:test")
 
 
+@pytest.mark.model
 def test_train_with_hub_names_offline(hub_cache: Path, tmp_path: Path) -> None:
     """`hacrl train` with both agents and the data set given by Hub name, in a subprocess whose
     environment points only at the built cache, with HF_HUB_OFFLINE=1."""

@@ -10,6 +10,8 @@ from hacrl.agents.agent import enable_checkpointing, load_agent, token_logprobs
 from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_shared_prompt
 from hacrl.agents.tiny import tiny_agent_path
 
+pytestmark = pytest.mark.model
+
 
 @pytest.mark.parametrize("name", ["qwen2-char", "llama-bpe"])
 def test_grouped_logprobs_and_gradients_equal_the_plain_pass(name):

@@ -16,7 +16,7 @@ from hacrl.agents.tiny import build_bpe_tokenizer, build_char_tokenizer, build_m
 from hacrl.config import build_config
 from hacrl.trainer.trainer import Trainer
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning"), pytest.mark.model]
 
 LORA = {"r": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": "all-linear"}
 

@@ -118,6 +118,7 @@ def _train(run_dir: Path, env: dict[str, str], *extra: str) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
 
 
+@pytest.mark.model
 def test_wandb_and_trackio_offline_same_names_config_and_resume(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
     pytest.importorskip("trackio")

@@ -19,7 +19,6 @@ AGENTS = sorted({name for pair in TINY_PAIRS.values() for name in pair})
 
 @cache
 def load(name: str):
-    torch.set_num_threads(1)
     path = tiny_agent_path(name)
     model = AutoModelForCausalLM.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(path)
@@ -36,6 +35,7 @@ def test_pairs_name_shipped_agents():
         tiny_agent_path("no-such-agent")
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", AGENTS)
 def test_agent_loads_with_auto_classes(name):
     model, tok, manifest = load(name)
@@ -50,6 +50,7 @@ def test_agent_loads_with_auto_classes(name):
     assert model.generation_config.pad_token_id == tok.pad_token_id
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", AGENTS)
 def test_tokenizer_round_trips_task_text(name):
     _, tok, _ = load(name)
@@ -69,6 +70,7 @@ def test_tokenizer_round_trips_task_text(name):
         assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
 
 
+@pytest.mark.model
 def test_left_padded_batch_matches_single_prompts():
     model, tok, _ = load(TINY_PAIRS["model"][0])
     prompts = ["07+85=", "123+456=", "3*004=", "41+17="]  # different lengths, so left padding happens
@@ -77,6 +79,7 @@ def test_left_padded_batch_matches_single_prompts():
     assert batched == single
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", AGENTS)
 def test_greedy_accuracy_matches_manifest(name):
     model, tok, manifest = load(name)
@@ -86,6 +89,7 @@ def test_greedy_accuracy_matches_manifest(name):
     assert abs(acc - manifest["test_accuracy_greedy"]) <= 0.10
 
 
+@pytest.mark.model
 def test_pairs_differ_the_way_their_names_say():
     def arch(name):
         model, tok, manifest = load(name)

@@ -30,9 +30,9 @@ def rows_for(agent):
     return out
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
 def test_the_estimate_is_within_25_percent_of_the_measured_peak(checkpointing):
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     agent = load_agent("a", 0, tiny_agent_path("qwen2-char"))
     if checkpointing:

@@ -11,6 +11,8 @@ from hacrl.agents.tiny import tiny_agent_path
 from hacrl.core import LossInputs, hacpo_loss
 from hacrl.learner.update import ViewRow, _forward
 
+pytestmark = pytest.mark.model
+
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_reference_on_own_rows_gives_the_same_loss(shared):

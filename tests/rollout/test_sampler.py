@@ -12,6 +12,7 @@ from hacrl.rollout.base import SamplingParams
 from hacrl.rollout.hf import HFEngine
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", ["qwen2-char-early", "llama-bpe"])
 @pytest.mark.parametrize("params", [
     SamplingParams(n=4, max_new_tokens=6),
@@ -19,7 +20,6 @@ from hacrl.rollout.hf import HFEngine
     SamplingParams(n=1, max_new_tokens=6, greedy=True),
 ], ids=["t1", "t0.7-top0.9", "greedy"])
 def test_the_decoding_loop_samples_what_generate_samples(name, params):
-    torch.set_num_threads(1)
     agent = load_agent("a", 0, tiny_agent_path(name))
     # prompts of different lengths (left padding), some answered past EOS within 6 tokens
     prompts = [agent.render_prompt(q) for q in ("7+8=", "12+34=", "3+4+5=", "99+1=", "")[:4]]
@@ -39,11 +39,11 @@ def test_an_unknown_sampler_is_refused():
         HFEngine(sampler="beam")
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", ["qwen2-char-early", "llama-bpe"])
 def test_greedy_answers_are_the_same_when_finished_rows_leave_the_batch(name, monkeypatch):
     from hacrl.rollout import hf
 
-    torch.set_num_threads(1)
     agent = load_agent("a", 0, tiny_agent_path(name))
     # prompts of different lengths (left padding) whose answers end after 1 to 12 tokens, or not at all
     prompts = [agent.render_prompt(q) for a in range(16) for q in (f"{a}+{7 * a}=", f"{a * 13}+", f"x{a}=")]

@@ -31,6 +31,7 @@ def test_differences_pass_over_neutral_keys_and_compare_agents_by_id():
     assert training_differences(old, new) == []
 
 
+@pytest.mark.model
 def test_train_resume_and_compare_accept_and_refuse_the_same_changes(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -74,6 +75,7 @@ def test_a_run_made_before_the_fixed_held_out_set_never_continues():
                            {"task": {"kind": "reasoning-gym", "test_seed": 7}}) is None
 
 
+@pytest.mark.model
 def test_resume_refuses_a_checkpoint_of_other_agents_or_of_another_algorithm(tmp_path):
     """The checkpoint's manifest guards a resume on its own: into a new run directory there is no config.yaml
     to compare with, and the agents (by id and model, in order) and the algorithm must still be the saved ones."""
