@@ -11,6 +11,7 @@ from typing import Any
 from hacrl.report.answers import render_answer_quality
 from hacrl.report.pace import render_pace
 from hacrl.report.plots import finished_seeds
+from hacrl.report.provenance import provenance_warning, render_provenance
 
 
 def _f(v: float | None, fmt: str = ".3f") -> str:
@@ -307,6 +308,7 @@ def render_report(summary: dict[str, Any]) -> str:
     """The comparison's report.md from its summary.json, section by section."""
     s = summary
     lines = ["# hacrl comparison", "", "```", s["command"], "```", ""]
+    lines += provenance_warning(s.get("provenance"))
     lines += _answer_section(s)
     lines += _config_section(s)
     lines += _accuracy_section(s)
@@ -317,5 +319,6 @@ def render_report(summary: dict[str, Any]) -> str:
     lines += ["## Reading", ""]
     for p in s["reading"] or ["(nothing to say)"]:
         lines += [p, ""]
+    lines += render_provenance(s.get("provenance"))
     lines += _runs_section(s)
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from hacrl.config import Config
 from hacrl.learner.algorithms import adaptive_window
 from hacrl.report.answers import answer_quality
 from hacrl.report.pace import pace_summary
+from hacrl.report.provenance import provenance_summary
 from hacrl.report.reading import algorithm_of, answer_rows, automatic_reading, is_baseline
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import (
@@ -114,6 +115,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
             summary["diagnostics"][algo] = {agent: _diagnostics_of(agent, by_algo[algo], agent_ids)
                                             for agent in agent_ids}
             summary["windows"][algo] = _window_of(algo, outcome_of, seeds, cfg)
+    summary["provenance"] = provenance_summary(outcomes)  # commits, libraries, devices; who differs
     summary["reading"] = automatic_reading(summary)
     return summary
 
