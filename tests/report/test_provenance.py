@@ -101,6 +101,14 @@ def test_runs_from_different_code_are_named_in_the_opening(tmp_path):
     assert "| hacpo seed 1 | `abc1234567` | no | torch 2.13.0/2.12.0, transformers 5.25.0 |" in text
 
 
+def test_runs_of_one_dirty_checkout_are_marked_too(tmp_path):
+    p = provenance_summary(_outcomes(tmp_path, {("hacpo", 0): [_rec(dirty=True)], ("gspo", 0): [_rec(dirty=True)]}))
+    assert p["differ"] == [] and p["dirty"] == ["hacpo seed 0", "gspo seed 0"]
+    assert provenance_warning(p)[0] == ("> **These runs came from a checkout with uncommitted changes**, so their "
+                                        "code is not exactly their commit: hacpo seed 0, gspo seed 0. See "
+                                        "Provenance below.")
+
+
 def test_runs_without_any_record_say_none_was_recorded(tmp_path):
     p = provenance_summary(_outcomes(tmp_path, {("hacpo", 0): [], ("gspo", 0): []}))
     assert p == {"runs": [], "unrecorded": ["hacpo seed 0", "gspo seed 0"], "differ": [], "dirty": []}

@@ -81,6 +81,9 @@ def provenance_warning(p: dict[str, Any] | None) -> list[str]:
         parts.append(f"{d['what']} " + "; ".join(f"{v} ({', '.join(runs)})" for v, runs in shown.items()))
     if p.get("dirty"):
         parts.append(f"uncommitted changes to tracked files (dirty checkout): {', '.join(p['dirty'])}")
+    if not p.get("differ"):  # one commit, but not exactly its code
+        return [(f"> **These runs came from a checkout with uncommitted changes**, so their code is not exactly "
+                 f"their commit: {', '.join(p['dirty'])}. See Provenance below."), ""]
     return [f"> **These runs did not all come from the same code**: {'. '.join(parts)}. See Provenance below.", ""]
 
 

@@ -119,6 +119,7 @@ def _answer_section(s: dict[str, Any]) -> list[str]:
                                                    f"{r['measure']})")
     lines += [f"- {', '.join(which)}: {note}" for note, which in notes.items()]
     lines += [f"- Missing baseline: {m}." for m in missing_baselines(s)]
+    lines += [""] if lines[-1] else []
     lines += [("**gain** / **loss**: both 95% intervals exclude 0 (the paired bootstrap over seeds × problems "
                f"and the paired t-interval over seeds), over {MIN_SEEDS} or more seeds; with fewer seeds every "
                "reading is indicative only. What Δ, the intervals and every column are, and why: "
