@@ -208,8 +208,8 @@ def test_comparison_writes_every_table_and_plot(comparison):
                    "hacrl compare --preset tiny-test --algos hacpo,gspo --seeds 2",
                    "| steps | 2 ", "| seeds | 0, 1 ",
                    "## Held-out accuracy", "### qwen-char", "### llama-bpe",
-                   ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | 95% interval vs gspo "
-                    "| rollouts / run | optimizer updates / run | wall s / run |"),
+                   ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | t-interval vs gspo "
+                    "| 95% interval vs gspo | rollouts / run | optimizer updates / run | wall s / run |"),
                    "## Answer", "| qwen-char | hacpo | gspo | greedy | ", "indicative only (2 seeds)",
                    "95% t-interval (seeds)", "- Missing baseline: gspo2x", "- Missing baseline: imitation",
                    "## Provenance", "| all 4 runs | `",
@@ -566,7 +566,8 @@ def test_the_reading_says_when_a_pair_has_fewer_seeds_than_the_comparison():
                                                                          "slow": st(0.2, 0.1, 0.3, [0, 1])}},
                                  "gspo": {"final": {"mean": 0.5}, "vs": {}},
                                  "slow": {"final": {"mean": 0.4}, "vs": {}}}}}
-    (text,) = automatic_reading(summary)
+    missing, text = automatic_reading(summary)
+    assert missing.startswith("Missing baseline: imitation")
     assert "+0.200 vs slow (95% interval [+0.100, +0.300]; t-test p = 0.01; 2 of 3 seeds)" in text
     assert "+0.100 vs gspo (95% interval [+0.050, +0.150]; t-test p = 0.01)" in text
     assert "hacpo vs slow on a (+0.200, 2 of 3 seeds)" in text and "hacpo vs gspo on a (+0.100)" in text
