@@ -324,3 +324,42 @@ def test_default_baselines_are_gspo_multiples_and_imitation():
     # variants and the algorithms under test are not baselines unless --baselines says so
     assert [is_baseline(a) for a in ("hacpo", "naive", "grpo", "gspo@task.fewshot=3", "imitation@imitation_coef=0.5")] \
         == [False] * 5
+
+
+def test_report_only_over_hand_made_runs_shows_provenance_both_intervals_and_what_is_missing(tmp_path, capsys):
+    # the whole `hacrl compare --report-only` path, no training: finished run directories made by hand (their
+    # checkpoints removed, as --keep-checkpoints none leaves them), two of them with a provenance record
+    from hacrl.cli import main
+    from hacrl.run.provenance import PROVENANCE_FILE, collect
+
+    out = tmp_path / "cmp"
+    for algo in ("hacpo", "gspo"):
+        for seed in (0, 1):
+            run = out / "runs" / algo / f"seed-{seed}"
+            _make_run(run, algo, seed)
+            (run / "compare.json").write_text(json.dumps({
+                "wall_s": 1.0, "algorithm": algo, "seed": seed, "checkpoints_removed": True,
+                "invocations": [{"status": "trained", "from_step": 0, "to_step": 2, "wall_s": 1.0}]}))
+            if seed == 0:
+                (run / PROVENANCE_FILE).write_text(json.dumps(collect()) + "\n")
+    argv = ["compare", "--preset", "tiny-test", "--algos", "hacpo,gspo", "--seeds", "2", "--set",
+            "trainer.eval_every=1", "--output", str(out), "--report-only", "-q"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    # the Answer table ends the command's output
+    assert ("| agent | algorithm | vs | measure | Δ | 95% interval (seeds × problems) | 95% t-interval (seeds) |"
+            in printed)
+    assert ("| qwen-char | hacpo | gspo | greedy | +1.000 | [+1.000, +1.000] | [+1.000, +1.000] | gain, indicative "
+            "only (2 seeds) | 0 | 8 (2 × 4) |") in printed
+    text = (out / "report.md").read_text()
+    answer = text.split("## Answer")[1].split("## Reading")[0]
+    assert "indicative only (2 seeds)" in answer and "| **gain** |" not in answer
+    assert "- Missing baseline: gspo2x (GSPO with 2× the rollouts" in answer
+    assert "- Missing baseline: imitation (the same shared answers" in answer
+    provenance = text.split("## Provenance")[1].split("## Runs")[0]
+    assert "| hacpo seed 0, gspo seed 0 | `" in provenance
+    assert "No provenance recorded: hacpo seed 1, gspo seed 1." in provenance
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["provenance"]["unrecorded"] == ["hacpo seed 1", "gspo seed 1"]
+    assert summary["results"]["llama-bpe"]["hacpo"]["vs"]["gspo"]["seed_interval"]["lo"] == 0.25
+    assert "## Pace" not in text and text.index("## Answer") < text.index("## Plots") < text.index("## Reading")
