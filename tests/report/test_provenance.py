@@ -115,3 +115,13 @@ def test_runs_without_any_record_say_none_was_recorded(tmp_path):
     assert provenance_warning(p) == []
     assert render_provenance(p)[2].startswith("No provenance recorded: these runs predate `provenance.jsonl`")
     assert render_provenance(None)[2].startswith("No provenance recorded")
+
+
+def test_eval_json_out_carries_the_provenance(tmp_path, one_thread):
+    from hacrl.cli import main
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--model", "builtin:qwen2-char", "--task", "add2", "--n", "2", "--max-new-tokens", "2",
+                 "--json-out", str(out)]) == 0
+    rec = json.loads(out.read_text())["provenance"]
+    assert set(rec) >= {"hacrl", "libraries", "device", "torch_threads"} and rec["torch_threads"] == 1
