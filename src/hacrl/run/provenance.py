@@ -25,6 +25,7 @@ import json
 import logging
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,17 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
+def hacrl_version() -> str:
+    """The running hacrl's ``__version__`` (read from the loaded package: this layer imports none above it)."""
+    version = getattr(sys.modules.get("hacrl"), "__version__", None)
+    if version:
+        return str(version)
+    try:
+        return importlib.metadata.version("hacrl")
+    except importlib.metadata.PackageNotFoundError:
+        return UNKNOWN
+
+
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False)
@@ -63,9 +75,7 @@ def git_state(package_dir: Path | None = None) -> dict[str, Any]:
     """``{"commit", "dirty"}`` of the git checkout hacrl runs from (``src/hacrl`` inside the work tree);
     ``{"commit": "unknown", "dirty": None}`` without git, or when hacrl is installed rather than checked out
     (a repository that merely encloses site-packages is not hacrl's)."""
-    import hacrl
-
-    package_dir = Path(package_dir or Path(hacrl.__file__).parent).resolve()
+    package_dir = Path(package_dir or Path(__file__).resolve().parents[1]).resolve()  # src/hacrl
     unknown = {"commit": UNKNOWN, "dirty": None}
     top = _git(["rev-parse", "--show-toplevel"], package_dir)
     if not top or (Path(top).resolve() / "src" / "hacrl") != package_dir:
@@ -111,12 +121,10 @@ def _threads() -> int:
 
 def collect(*, resumed: bool = False, from_step: int = 0) -> dict[str, Any]:
     """This process's provenance record (see the module docstring)."""
-    from hacrl import __version__
-
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "resumed": bool(resumed), "from_step": int(from_step),
-        "hacrl": {"version": __version__, **git_state()},
+        "hacrl": {"version": hacrl_version(), **git_state()},
         "python": platform.python_version(),
         "libraries": library_versions(),
         "device": device_info(),
