@@ -16,6 +16,7 @@ from hacrl.cli.compare import add_compare_parser, cmd_compare
 from hacrl.config import ConfigError
 from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
 from hacrl.report.stats import paired_difference
+from hacrl.run.provenance import read_provenance
 
 try:
     import scipy  # noqa: F401
@@ -199,15 +200,19 @@ def test_comparison_writes_every_table_and_plot(comparison):
     assert sum("trained" in line for line in lines) == 4
     for run in _run_dirs(out):
         assert (run / "checkpoints" / "step-000002" / "manifest.json").is_file()
+        (prov,) = read_provenance(run)  # one invocation: its code, libraries and device
+        assert (prov["resumed"], prov["from_step"]) == (False, 0) and prov["libraries"]["torch"]
         assert json.loads((run / "compare.json").read_text())["wall_s"] > 0
     text = report.read_text()
     for needle in ("## Command and configuration",
                    "hacrl compare --preset tiny-test --algos hacpo,gspo --seeds 2",
                    "| steps | 2 ", "| seeds | 0, 1 ",
                    "## Held-out accuracy", "### qwen-char", "### llama-bpe",
-                   ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | 95% interval vs gspo "
-                    "| rollouts / run | optimizer updates / run | wall s / run |"),
-                   "## Answer", "| qwen-char | hacpo | gspo | greedy | ", "*The interval*: a paired bootstrap",
+                   ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | t-interval vs gspo "
+                    "| 95% interval vs gspo | rollouts / run | optimizer updates / run | wall s / run |"),
+                   "## Answer", "| qwen-char | hacpo | gspo | greedy | ", "indicative only (2 seeds)",
+                   "95% t-interval (seeds)", "- Missing baseline: gspo2x", "- Missing baseline: imitation",
+                   "## Provenance", "| all 4 runs | `",
                    "## Cost per run", "## Collaboration diagnostics", "| hacpo | qwen-char |",
                    "| hacpo | llama-bpe |",
                    "## Reading", "fell inside the clip window", "## Runs", "| gspo | 1 | trained |",
@@ -231,6 +236,8 @@ def test_comparison_writes_every_table_and_plot(comparison):
     # the runs wrote per-problem records: a paired interval over 2 seeds × the 20 held-out problems
     assert st["interval"]["pairs"] == 40 and st["interval"]["pairs_by_seed"] == [20, 20]
     assert st["interval"]["lo"] <= st["interval"]["mean"] <= st["interval"]["hi"]
+    assert st["seed_interval"]["n"] == 2 and st["seed_interval"]["lo"] <= st["mean"] <= st["seed_interval"]["hi"]
+    assert summary["provenance"]["unrecorded"] == [] and len(summary["provenance"]["runs"]) == 4
     assert summary["runs_with_problem_records"] == 4
     assert summary["results"]["qwen-char"]["hacpo"]["curve"]["answers"] == [0, 16, 32]
     assert "hacpo" in summary["diagnostics"] and "gspo" not in summary["diagnostics"]
@@ -302,6 +309,9 @@ def test_partial_run_is_resumed_and_checkpointless_run_restarted(comparison, tin
     statuses = {(r["algorithm"], r["seed"]): r["status"] for r in runs}
     assert statuses == {("hacpo", 0): "resumed", ("hacpo", 1): "reused", ("gspo", 0): "reused",
                         ("gspo", 1): "restarted"}
+    # a resume appends its own provenance line; a restart wipes the run (and its record) and starts one afresh
+    assert [(p["resumed"], p["from_step"]) for p in read_provenance(partial)] == [(False, 0), (True, 1)]
+    assert [(p["resumed"], p["from_step"]) for p in read_provenance(empty)] == [(False, 0)]
     for run in (partial, empty):
         assert (run / "checkpoints" / "step-000002" / "manifest.json").is_file()
         # the resumed run continues exactly, and the restarted one repeats its seed exactly
@@ -567,7 +577,8 @@ def test_the_reading_says_when_a_pair_has_fewer_seeds_than_the_comparison():
                                                                          "slow": st(0.2, 0.1, 0.3, [0, 1])}},
                                  "gspo": {"final": {"mean": 0.5}, "vs": {}},
                                  "slow": {"final": {"mean": 0.4}, "vs": {}}}}}
-    (text,) = automatic_reading(summary)
+    missing, text = automatic_reading(summary)
+    assert missing.startswith("Missing baseline: imitation")
     assert "+0.200 vs slow (95% interval [+0.100, +0.300]; t-test p = 0.01; 2 of 3 seeds)" in text
     assert "+0.100 vs gspo (95% interval [+0.050, +0.150]; t-test p = 0.01)" in text
     assert "hacpo vs slow on a (+0.200, 2 of 3 seeds)" in text and "hacpo vs gspo on a (+0.100)" in text

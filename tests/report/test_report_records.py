@@ -138,15 +138,24 @@ def test_intervals_marks_and_the_reading(tmp_path):
 
     reading = s["reading"][-1]
     assert "paired by seed and problem over 2 seeds" in reading
-    assert "+0.250 vs gspo (95% interval [+0.000, +0.750], includes 0; t-test p = 0)" in reading
-    assert ("Gains (95% interval excludes 0): hacpo vs gspo on qwen-char (+1.000), hacpo vs gspo2x on "
-            "qwen-char (+1.000).") in reading
-    assert "Losses" not in reading
-    assert ("Not shown either way (interval includes 0): hacpo vs gspo on llama-bpe (+0.250), hacpo vs gspo2x "
-            "on llama-bpe (+0.250).") in reading
-    assert ("The t-test over seeds alone gives p < 0.05 for hacpo vs gspo on llama-bpe (+0.250), hacpo vs "
-            "gspo2x on llama-bpe (+0.250), but the interval over seeds and problems includes 0") in reading
+    # beside each bootstrap interval the seed-level t-interval: d = [+0.25, +0.25] over 2 seeds, sd 0 → a point
+    assert ("+0.250 vs gspo (95% interval [+0.000, +0.750], includes 0; seed t-interval [+0.250, +0.250]; "
+            "t-test p = 0)") in reading
+    si = llama["hacpo"]["vs"]["gspo"]["seed_interval"]
+    assert (si["lo"], si["hi"], si["df"], si["includes_zero"]) == (0.25, 0.25, 1, False)
+    # 2 seeds: both intervals exclude 0 on qwen-char, but that is indicative only, never a claimed gain
+    assert ("Indicative only (fewer than 3 seeds, so not claimed; both intervals exclude 0): hacpo vs gspo on "
+            "qwen-char (+1.000), hacpo vs gspo2x on qwen-char (+1.000).") in reading
+    assert "Gains" not in reading and "Losses" not in reading
+    # llama-bpe: the intervals disagree, and the reading says which one excludes 0
+    assert ("The intervals disagree, so not claimed: the t-interval over seeds excludes 0 but the bootstrap over "
+            "seeds and problems does not for hacpo vs gspo on llama-bpe (+0.250), hacpo vs gspo2x on llama-bpe "
+            "(+0.250).") in reading
     assert "Significant at 5%" not in reading
+    assert [r["claim"] for r in s["answer"]] == ["gain"] * 4 + ["≈"] * 2 + ["seeds only"] * 2 + ["≈"]
+    assert all(r["indicative"] for r in s["answer"])
+    assert s["reading"][-2] == ("Missing baseline: imitation (the same shared answers, the partners' verified "
+                                "ones imitated), so a gain cannot be told apart from imitating the partners.")
     json.dumps(_jsonable(s), allow_nan=False)  # summary.json carries it all
 
 
@@ -157,9 +166,11 @@ def test_a_loss_is_stated_only_when_its_interval_excludes_zero(tmp_path):
         ("qwen-char", "gspo", "avg@4", -0.25, -0.25, -0.25, "loss"),
         ("llama-bpe", "gspo", "greedy", -0.25, -0.75, 0.0, "≈")]
     reading = s["reading"][-1]
-    assert "Losses (95% interval excludes 0): gspo vs hacpo on qwen-char (-1.000)." in reading
-    assert "Gains" not in reading
-    assert "Not shown either way (interval includes 0): gspo vs hacpo on llama-bpe (-0.250)." in reading
+    assert ("Indicative only (fewer than 3 seeds, so not claimed; both intervals exclude 0): gspo vs hacpo on "
+            "qwen-char (-1.000).") in reading
+    assert "Gains" not in reading and "Losses" not in reading
+    assert ("the t-interval over seeds excludes 0 but the bootstrap over seeds and problems does not for gspo vs "
+            "hacpo on llama-bpe (-0.250).") in reading
 
 
 def test_the_report_opens_with_the_answer(tmp_path):
@@ -169,21 +180,29 @@ def test_the_report_opens_with_the_answer(tmp_path):
                            "\n```\n\n## Answer\n")
     assert text.index("## Answer") < text.index("## Command and configuration") < text.index("## Held-out")
     answer = text.split("## Answer")[1].split("## Command and configuration")[0]
-    for line in (("| agent | algorithm | vs | measure | Δ | 95% interval | reading | t-test p (seeds) "
-                  "| pairs (seeds × problems) |"),
-                 "| qwen-char | hacpo | gspo | greedy | +1.000 | [+1.000, +1.000] | **gain** | 0 | 8 (2 × 4) |",
-                 "| qwen-char | hacpo | gspo | avg@4 | +0.250 | [+0.250, +0.250] | **gain** | 0 | 8 (2 × 4) |",
-                 ("| llama-bpe | hacpo | gspo | greedy | +0.250 | [+0.000, +0.750] | ≈ interval includes 0 | 0 "
-                  "| 8 (2 × 4) |"),
-                 "| llama-bpe | gspo2x | gspo | greedy | +0.000 | [+0.000, +0.000] | ≈ interval includes 0 | 1 |",
-                 "*The interval*: a paired bootstrap over seeds and problems (10000 replicates, RNG seed 0"):
+    for line in (("| agent | algorithm | vs | measure | Δ | 95% interval (seeds × problems) | 95% t-interval "
+                  "(seeds) | reading | t-test p (seeds) | pairs (seeds × problems) |"),
+                 ("| qwen-char | hacpo | gspo | greedy | +1.000 | [+1.000, +1.000] | [+1.000, +1.000] | gain, "
+                  "indicative only (2 seeds) | 0 | 8 (2 × 4) |"),
+                 ("| qwen-char | hacpo | gspo | avg@4 | +0.250 | [+0.250, +0.250] | [+0.250, +0.250] | gain, "
+                  "indicative only (2 seeds) | 0 | 8 (2 × 4) |"),
+                 ("| llama-bpe | hacpo | gspo | greedy | +0.250 | [+0.000, +0.750] | [+0.250, +0.250] | not "
+                  "claimed: only the t-interval excludes 0, indicative only (2 seeds) | 0 | 8 (2 × 4) |"),
+                 ("| llama-bpe | gspo2x | gspo | greedy | +0.000 | [+0.000, +0.000] | [+0.000, +0.000] | ≈ both "
+                  "intervals include 0, indicative only (2 seeds) | 1 |")):
         assert line in answer, line
     assert "| gspo | gspo2x |" not in answer
     # the details keep the t-test and gain the interval
-    assert ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | 95% interval vs gspo | "
-            "Δ vs gspo2x (± se) | p vs gspo2x | 95% interval vs gspo2x | rollouts / run |") in text
+    assert "| **gain** |" not in answer  # never bold with fewer than 3 seeds
+    assert "- Missing baseline: imitation (the same shared answers" in answer
+    assert "docs/compare.md" in answer and "*The interval*" not in text  # the method text lives in the docs
+    assert text.index("## Answer") < text.index("## Reading") < text.index("## Command and configuration")
+    assert "## Pace" not in text  # lock-step runs: the pace table is left out
+    assert ("| algorithm | start | final (mean ± sd) | Δ vs gspo (± se) | p vs gspo | t-interval vs gspo | 95% "
+            "interval vs gspo | Δ vs gspo2x (± se) | p vs gspo2x | t-interval vs gspo2x | 95% interval vs gspo2x | "
+            "rollouts / run |") in text
     llama = text.split("### llama-bpe")[1]
-    assert "| hacpo | 0.000 | 0.250 ± 0.000 | +0.250 ± 0.000 | 0 | [+0.000, +0.750] ≈ |" in llama
+    assert "| hacpo | 0.000 | 0.250 ± 0.000 | +0.250 ± 0.000 | 0 | [+0.250, +0.250] | [+0.000, +0.750] ≈ |" in llama
     assert "| 95% interval vs gspo |" in text.split("### qwen-char")[1].split("### llama-bpe")[0].split(
         "Sampled at")[1]
 
@@ -206,6 +225,7 @@ def test_learning_curves_against_steps_and_answers(tmp_path):
     text = render_report(s)
     assert "![qwen-char learning curves](plots/curve-qwen-char.png)" in text
     assert "against the answers qwen-char generated in training (right" in text
+    assert text.index("## Answer") < text.index("## Plots") < text.index("## Reading") < text.index("## Held-out")
 
 
 def test_runs_with_and_without_records_degrade_to_a_note(tmp_path):
@@ -216,7 +236,8 @@ def test_runs_with_and_without_records_degrade_to_a_note(tmp_path):
     assert s["results"]["qwen-char"]["gspo2x"]["vs"]["gspo"]["interval"]["hi"] == 0.0  # the others keep theirs
     assert s["results"]["qwen-char"]["hacpo"]["sampled"]["vs"]["gspo"]["interval"] is None
     text = render_report(s)
-    assert ("| qwen-char | hacpo | gspo | greedy | +1.000 | — | no interval | 0 | — |") in text
+    assert ("| qwen-char | hacpo | gspo | greedy | +1.000 | — | [+1.000, +1.000] | no interval, indicative only "
+            "(2 seeds) | 0 | — |") in text
     assert ("- hacpo vs gspo (qwen-char, greedy), hacpo vs gspo (qwen-char, avg@4), hacpo vs gspo2x (qwen-char, "
             "greedy), hacpo vs gspo2x (qwen-char, avg@4), hacpo vs gspo (llama-bpe, greedy), hacpo vs gspo2x "
             "(llama-bpe, greedy): no interval: hacpo seed 1 has no per-problem records at step 2") in text
@@ -229,7 +250,7 @@ def test_runs_with_and_without_records_degrade_to_a_note(tmp_path):
     none = _summary(tmp_path / "none", without_records={(a, s) for a in ("hacpo", "gspo", "gspo2x") for s in (0, 1)})
     assert none["results"]["qwen-char"]["hacpo"]["vs"]["gspo"]["interval_note"] == (
         "no interval: these runs have no per-problem records (eval_problems.jsonl)")
-    assert "No interval: these runs have no per-problem records" in render_report(none)
+    assert "No interval over seeds × problems: these runs have no per-problem records" in render_report(none)
 
 
 def test_pairing_by_problem_id_in_the_summary(tmp_path):
@@ -281,14 +302,18 @@ def test_the_committed_comparison_without_records_reports_as_before():
     assert [{k: v for k, v in r.items() if k not in ("dir", "wall_short")} for r in s["runs"]] == [
         {k: v for k, v in r.items() if k != "dir"} for r in committed["runs"]]
     assert not any(r["wall_short"] for r in s["runs"])  # (a later field) every record there is whole
-    assert s["reading"][:-1] == committed["reading"][:-1]
+    # the reading as before, with the missing imitation baseline named before the differences it qualifies
+    assert s["reading"][:-2] == committed["reading"][:-1]
+    assert s["reading"][-2].startswith("Missing baseline: imitation")
     assert s["reading"][-1] == committed["reading"][-1] + " (No per-problem records, so no paired interval.)"
     st = s["results"]["smollm2"]["hacpo"]["vs"]["gspo"]
     assert st["interval"] is None and st["interval_note"].startswith("no interval: these runs have no per-problem")
     text = render_report(s)
-    assert "| smollm2 | hacpo | gspo | greedy | +0.213 | — | no interval | 0.00677 | — |" in text
+    # the seed t-interval is new: +0.213 ± t_{0.975,2} · se = 4.303 × 0.0177
+    assert "| smollm2 | hacpo | gspo | greedy | +0.213 | — | [+0.137, +0.289] | no interval | 0.00677 | — |" in text
     assert "95% interval vs" not in text  # the detail tables as before
-    assert "| hacpo | 0.207 ± 0.012 | 0.453 ± 0.042 | +0.213 ± 0.018 | 0.00677 | +0.220 ± 0.031 | 0.0187 | 480 |" \
+    assert ("| hacpo | 0.207 ± 0.012 | 0.453 ± 0.042 | +0.213 ± 0.018 | 0.00677 | [+0.137, +0.289] | +0.220 ± 0.031 "
+            "| 0.0187 | [+0.089, +0.351] | 480 |") \
         in text
 
 
@@ -299,3 +324,42 @@ def test_default_baselines_are_gspo_multiples_and_imitation():
     # variants and the algorithms under test are not baselines unless --baselines says so
     assert [is_baseline(a) for a in ("hacpo", "naive", "grpo", "gspo@task.fewshot=3", "imitation@imitation_coef=0.5")] \
         == [False] * 5
+
+
+def test_report_only_over_hand_made_runs_shows_provenance_both_intervals_and_what_is_missing(tmp_path, capsys):
+    # the whole `hacrl compare --report-only` path, no training: finished run directories made by hand (their
+    # checkpoints removed, as --keep-checkpoints none leaves them), two of them with a provenance record
+    from hacrl.cli import main
+    from hacrl.run.provenance import PROVENANCE_FILE, collect
+
+    out = tmp_path / "cmp"
+    for algo in ("hacpo", "gspo"):
+        for seed in (0, 1):
+            run = out / "runs" / algo / f"seed-{seed}"
+            _make_run(run, algo, seed)
+            (run / "compare.json").write_text(json.dumps({
+                "wall_s": 1.0, "algorithm": algo, "seed": seed, "checkpoints_removed": True,
+                "invocations": [{"status": "trained", "from_step": 0, "to_step": 2, "wall_s": 1.0}]}))
+            if seed == 0:
+                (run / PROVENANCE_FILE).write_text(json.dumps(collect()) + "\n")
+    argv = ["compare", "--preset", "tiny-test", "--algos", "hacpo,gspo", "--seeds", "2", "--set",
+            "trainer.eval_every=1", "--output", str(out), "--report-only", "-q"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    # the Answer table ends the command's output
+    assert ("| agent | algorithm | vs | measure | Δ | 95% interval (seeds × problems) | 95% t-interval (seeds) |"
+            in printed)
+    assert ("| qwen-char | hacpo | gspo | greedy | +1.000 | [+1.000, +1.000] | [+1.000, +1.000] | gain, indicative "
+            "only (2 seeds) | 0 | 8 (2 × 4) |") in printed
+    text = (out / "report.md").read_text()
+    answer = text.split("## Answer")[1].split("## Reading")[0]
+    assert "indicative only (2 seeds)" in answer and "| **gain** |" not in answer
+    assert "- Missing baseline: gspo2x (GSPO with 2× the rollouts" in answer
+    assert "- Missing baseline: imitation (the same shared answers" in answer
+    provenance = text.split("## Provenance")[1].split("## Runs")[0]
+    assert "| hacpo seed 0, gspo seed 0 | `" in provenance
+    assert "No provenance recorded: hacpo seed 1, gspo seed 1." in provenance
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["provenance"]["unrecorded"] == ["hacpo seed 1", "gspo seed 1"]
+    assert summary["results"]["llama-bpe"]["hacpo"]["vs"]["gspo"]["seed_interval"]["lo"] == 0.25
+    assert "## Pace" not in text and text.index("## Answer") < text.index("## Plots") < text.index("## Reading")

@@ -93,5 +93,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"hacrl: error: {exc.describe()}; {COMPARE_FIX}", file=sys.stderr)
         return 2
     if report is not None:
+        _print_answer(report.parent / "summary.json")
         print(f"hacrl: report in {report}")
     return 0
+
+
+def _print_answer(summary_path: Path) -> None:
+    """The report's Answer table on the terminal (nothing when the comparison has no paired difference)."""
+    import json
+
+    from hacrl.report.render import answer_table
+
+    try:
+        lines = answer_table(json.loads(summary_path.read_text()))
+    except (OSError, ValueError):
+        return
+    if lines:
+        print("\n".join(["", *lines, ""]))

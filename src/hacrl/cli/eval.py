@@ -73,10 +73,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             scorer.close()
     names = [name for name, _, _ in suites]
     tables = suite_tables(records, names)
-    if json_out is not None:
+    if json_out is not None:  # with the provenance a run records (hacrl.run.provenance): code, libraries, device
+        from hacrl.run.provenance import collect
+
         write_atomic(json_out, json.dumps({
             "agents": [m[0] for m in models], "benchmarks": [{"name": n, "n": len(p)} for n, p, _ in suites],
-            "k": args.k, "max_new_tokens": max_new, "results": records, "tables": tables}, indent=2) + "\n")
+            "k": args.k, "max_new_tokens": max_new, "results": records, "tables": tables,
+            "provenance": collect()}, indent=2) + "\n")
     if args.json:
         print(json.dumps(records, indent=2))
     else:

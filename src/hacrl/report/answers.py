@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hacrl.report.runs import RunOutcome, async_progress
-from hacrl.report.stats import mean_sd, paired_bootstrap
+from hacrl.report.stats import mean_sd, pair_problems, paired_bootstrap, seed_means, seed_t_interval
 from hacrl.run.sinks import read_problem_evals
 
 MEASURES = ("finished", "acc_finished", "solved", "acc_budget", "finished_budget", "tokens")
@@ -106,14 +106,20 @@ def answer_quality(outcomes: Sequence[RunOutcome], agent_ids: Sequence[str], alg
                 theirs = {s: m for s in seeds if (m := per_run.get((b, s), {}).get((steps, agent))) is not None}
                 common = [s for s in seeds if s in at["final"] and s in theirs]
                 row["vs"][b] = {"seeds": common, **{
-                    measure: paired_bootstrap([at["final"][s]["per_problem"][measure] for s in common],
-                                              [theirs[s]["per_problem"][measure] for s in common])
+                    measure: _paired([at["final"][s]["per_problem"][measure] for s in common],
+                                     [theirs[s]["per_problem"][measure] for s in common])
                     for measure in PAIRED
                     if common and all(measure in m["per_problem"] for m in
                                       [*(at["final"][s] for s in common), *(theirs[s] for s in common)])}}
             rows[algo] = row
         out["agents"][agent] = rows
     return out
+
+
+def _paired(a: list[dict[str, float]], b: list[dict[str, float]]) -> dict[str, Any]:
+    """The bootstrap interval of a − b over (seed, problem), with the t-interval over the seeds' means of the
+    same pairs beside it (``seed_interval``)."""
+    return {**paired_bootstrap(a, b), "seed_interval": seed_t_interval(*seed_means(pair_problems(a, b)))}
 
 
 def _means(measures: list[dict[str, Any]]) -> dict[str, Any]:
@@ -136,7 +142,8 @@ def render_answer_quality(q: dict[str, Any] | None, baselines: Sequence[str]) ->
                  "finish too" if budget else "")
               + ". A model that only learned to stop gains *finished* but not *right | finished*"
               + (f" nor *@{budget}*" if budget else "") + ". Δ: the final value minus each baseline's, "
-              "paired by (seed, problem), with its 95% two-level bootstrap interval (≈: it includes 0)"
+              "paired by (seed, problem), with its 95% two-level bootstrap interval and, after *seeds*, the 95% "
+              "t-interval over the seeds' means (≈: it includes 0)"
               + ("; *solved*'s is in summary.json" if budget else "") + "."), ""]
     for agent, rows in q["agents"].items():
         head = ["algorithm", "finished", "right \\| finished", "solved"] + ([f"@{budget}"] if budget else [])
@@ -150,9 +157,12 @@ def render_answer_quality(q: dict[str, Any] | None, baselines: Sequence[str]) ->
                 cells.append(_arrow(row["start"].get("acc_budget"), row["final"].get("acc_budget")))
             for b in baselines:
                 st = row["vs"].get(b, {}).get(measure)
+                si = (st or {}).get("seed_interval")
                 cells.append("—" if b == algo or not st or st["mean"] is None else
                              f"{st['mean']:+.3f} [{st['lo']:+.3f}, {st['hi']:+.3f}]"
-                             + (" ≈" if st["includes_zero"] else ""))
+                             + (" ≈" if st["includes_zero"] else "")
+                             + (f"; seeds [{si['lo']:+.3f}, {si['hi']:+.3f}]" + (" ≈" if si["includes_zero"] else "")
+                                if si else ""))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += [("Numbers: summary.json, `answer_quality.agents.<agent>.<algo>` (start, final, and vs each "

@@ -210,7 +210,8 @@ def run_comparison(
     output_dir = Path(output_dir)
     base = load_config(preset, config_path, overrides)
     configs = _run_configs(preset, config_path, overrides, algos, seed_list)
-    _check_models(base)
+    if not report_only:  # a report from finished runs needs no model (one whose package is gone still reports)
+        _check_models(base)
     command = command or default_command(preset, config_path, algos, seed_list, overrides, output_dir, paired_with)
 
     # every run directory is checked (config, step count) before anything trains

@@ -29,18 +29,75 @@ def is_baseline(label: str) -> bool:
 # ---- the answer table ---------------------------------------------------------------------------------
 
 def mark(st: dict[str, Any] | None) -> str:
-    """The claim a Δ supports: "gain" / "loss" when its interval excludes 0, "≈" when the interval includes
-    0, "no interval" when there is none (no per-problem records)."""
+    """The claim a Δ's bootstrap interval alone supports: "gain" / "loss" when it excludes 0, "≈" when it
+    includes 0, "no interval" when there is none (no per-problem records). Kept as it was in summary.json's
+    ``answer[].mark``; what the report states is :func:`claim`."""
     iv = (st or {}).get("interval")
     if not iv or iv.get("mean") is None:
         return "no interval"
     return "≈" if iv["includes_zero"] else "gain" if iv["lo"] > 0 else "loss"
 
 
+def seed_mark(st: dict[str, Any] | None) -> str:
+    """The same for the seed-level t-interval (``seed_interval``; none with fewer than 2 seeds)."""
+    si = (st or {}).get("seed_interval")
+    if not si:
+        return "no interval"
+    return "≈" if si["includes_zero"] else "gain" if si["lo"] > 0 else "loss"
+
+
+MIN_SEEDS = 3  # fewer seeds than this: every difference is indicative only, nothing is claimed
+
+
+def claim(st: dict[str, Any] | None) -> str:
+    """What the report states for a Δ: "gain" / "loss" only where the bootstrap over seeds × problems and the
+    t-interval over seeds both exclude 0 on that side; "≈" where the bootstrap includes 0 and the t-interval
+    does too (or there is none); "problems only" where only the bootstrap excludes 0, "seeds only" where only
+    the t-interval does; "no interval" without the bootstrap (no per-problem records)."""
+    boot, seeds = mark(st), seed_mark(st)
+    if boot == "no interval":
+        return "no interval"
+    if boot in ("gain", "loss"):
+        return boot if seeds == boot else "problems only"
+    return "seeds only" if seeds in ("gain", "loss") else "≈"
+
+
+def indicative(st: dict[str, Any] | None) -> bool:
+    """Fewer than :data:`MIN_SEEDS` seeds paired: the difference is indicative only."""
+    return len((st or {}).get("seeds") or []) < MIN_SEEDS
+
+
+def missing_baselines(summary: dict[str, Any]) -> list[str]:
+    """The baselines a comparison of a pool-sharing algorithm should have and lacks, each with why: the
+    compute-matched GSPO (gspo2x for 2 agents, gspo-x<N> for N: as many answers and updates per agent as the
+    shared pool gives) and ``imitation`` (the same shared answers, imitated)."""
+    known = {}
+    for label in summary.get("algorithms", []):
+        try:
+            known[label] = algorithm_of(label)
+        except KeyError:  # a label no registered algorithm answers to (a hand-made summary): no baseline
+            continue
+    if not any(a.shares_pool for a in known.values()):
+        return []
+    n = len(summary.get("agents") or {})
+    out = []
+    matched = [label for label, a in known.items() if "@" not in label and not a.shares_pool
+               and a.loss == "gspo" and a.rollout_multiplier == n]
+    if not matched and n > 1:
+        name = "gspo2x" if n == 2 else f"gspo-x{n}"
+        out.append(f"{name} (GSPO with {n}× the rollouts: as many answers and updates per agent as the shared pool "
+                   f"of {n} agents gives), so a gain over gspo may come from the extra answers alone")
+    if not any(a.loss == "imitation" for a in known.values()):
+        out.append("imitation (the same shared answers, the partners' verified ones imitated), so a gain "
+                   "cannot be told apart from imitating the partners")
+    return out
+
+
 def answer_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The report's opening table: per agent, every algorithm against every baseline (two baselines once, the
     later against the earlier), on the final greedy accuracy and, where evaluated, avg@k. Δ is the interval's
-    mean paired difference over (seed, problem) cells where there is one, else the mean over seeds."""
+    mean paired difference over (seed, problem) cells where there is one, else the mean over seeds. ``mark``
+    is the bootstrap's alone (as before the seed-level interval); ``claim`` both intervals' (:func:`claim`)."""
     baselines, rows = summary["baselines"], []
     for agent, per_algo in summary["results"].items():
         for algo, r in per_algo.items():
@@ -52,13 +109,15 @@ def answer_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
                                     (f"avg@{k or 'k'}", (r.get("sampled") or {}).get("vs", {}).get(b))):
                     if st is None or st["mean"] is None:
                         continue
-                    iv = st.get("interval")
+                    iv, si = st.get("interval"), st.get("seed_interval")
                     rows.append({
                         "agent": agent, "algorithm": algo, "baseline": b, "measure": measure,
                         "delta": iv["mean"] if iv else st["mean"], "lo": iv["lo"] if iv else None,
                         "hi": iv["hi"] if iv else None, "mark": mark(st), "pairs": iv["pairs"] if iv else None,
                         "problems": iv["problems"] if iv else None, "seeds": len(st["seeds"]),
                         "p_boot": iv["p"] if iv else None, "p_t": st["p"], "note": st.get("interval_note"),
+                        "seed_mean": st["mean"], "seed_lo": si["lo"] if si else None,
+                        "seed_hi": si["hi"] if si else None, "claim": claim(st), "indicative": indicative(st),
                     })
     return rows
 
@@ -73,6 +132,10 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
         sentences = _window_reading(algo, diag, window_of, window_of.get("delta", summary.get("delta")))
         paragraphs.append(" ".join(sentences + _omega_reading(algo, diag)))
 
+    missing = missing_baselines(summary)  # said before the differences it qualifies
+    if missing:
+        paragraphs.append("Missing baseline" + ("s" if len(missing) > 1 else "") + ": " + "; ".join(missing)
+                          + ".")
     baselines = summary.get("baselines", [])
     results = summary["results"]
     all_same = all(len({round(r["final"]["mean"], 9) for r in per_algo.values()
@@ -152,12 +215,14 @@ def _omega_reading(algo: str, diag: dict[str, Any]) -> list[str]:
 
 
 def _accuracy_reading(summary: dict[str, Any]) -> str:
-    """The paragraph on the final accuracy differences: every Δ with its interval (or only its t-test where
-    the runs have no per-problem records); a gain or a loss is stated only where the interval excludes 0."""
+    """The paragraph on the final accuracy differences: every Δ with its intervals (or only its t-test where
+    the runs have no per-problem records); a gain or a loss is stated only where both the bootstrap and the
+    seed-level t-interval exclude 0 (:func:`claim`), over 3 or more seeds."""
     baselines, n = summary["baselines"], len(summary["seeds"])
     clauses, tested = [], False
-    claims: dict[str, list[str]] = {"gain": [], "loss": [], "≈": [], "no interval": []}
-    significant: dict[str, str] = {}  # t-test p < 0.05: name → the claim as written
+    claims: dict[str, list[str]] = {key: [] for key in
+                                    ("gain", "loss", "≈", "problems only", "seeds only", "no interval", "indicative")}
+    significant: dict[str, str] = {}  # t-test p < 0.05: name → the claim as written (runs without records)
     for algo in summary["algorithms"]:
         if algo in baselines:
             continue
@@ -169,27 +234,29 @@ def _accuracy_reading(summary: dict[str, Any]) -> str:
                     continue
                 p = f"p = {st['p']:.2g}" if st["p"] is not None else "no test"
                 tested |= st["p"] is not None
-                iv, what = st.get("interval"), f"{algo} vs {b} on {agent}"
+                iv, si, what = st.get("interval"), st.get("seed_interval"), f"{algo} vs {b} on {agent}"
                 k = len(st.get("seeds") or [])  # a pair finished on fewer seeds than the comparison says so
                 seeds = f"{k} of {n} seeds" if 0 < k < n else ""
                 if iv:
+                    t_iv = f"; seed t-interval [{si['lo']:+.3f}, {si['hi']:+.3f}]" if si else ""
                     cells.append(f"{iv['mean']:+.3f} vs {b} (95% interval [{iv['lo']:+.3f}, {iv['hi']:+.3f}]"
-                                 f"{', includes 0' if iv['includes_zero'] else ''}; t-test {p}"
+                                 f"{', includes 0' if iv['includes_zero'] else ''}{t_iv}; t-test {p}"
                                  f"{'; ' + seeds if seeds else ''})")
                 else:
                     cells.append(f"{st['mean']:+.3f} vs {b} ({p}{'; ' + seeds if seeds else ''})")
-                claims[mark(st)].append(f"{what} ({(iv or st)['mean']:+.3f}{', ' + seeds if seeds else ''})")
+                key = claim(st)
+                if key in ("gain", "loss") and indicative(st):
+                    key = "indicative"
+                claims[key].append(f"{what} ({(iv or st)['mean']:+.3f}{', ' + seeds if seeds else ''})")
                 if st["p"] is not None and st["p"] < 0.05:
                     significant[what] = f"{what} ({st['mean']:+.3f}{', ' + seeds if seeds else ''})"
-                    if mark(st) == "≈":
-                        significant[what] += " *"  # significant by the t-test, interval includes 0
             if cells:
                 per_agent.append(f"{agent} " + ", ".join(cells))
         if per_agent:
             clauses.append(f"{algo}: " + "; ".join(per_agent))
     if not clauses:
         return ""
-    intervals = bool(claims["gain"] or claims["loss"] or claims["≈"])
+    intervals = any(claims[key] for key in ("gain", "loss", "≈", "problems only", "seeds only", "indicative"))
     text = (f"Final accuracy against {' and '.join(baselines)}, paired by seed"
             f"{' and problem' if intervals else ''} over {n} seed{'s' if n != 1 else ''}. "
             + ". ".join(clauses) + ". ")
@@ -203,16 +270,21 @@ def _accuracy_reading(summary: dict[str, Any]) -> str:
         else:
             text += f"None of these differences is significant at 5% with {n} seeds."
         return text + " (No per-problem records, so no paired interval.)"
-    tail = [f"{word} (95% interval excludes 0): {', '.join(claims[key])}." for key, word in
-            (("gain", "Gains"), ("loss", "Losses")) if claims[key]]
+    tail = [f"{word} (both 95% intervals, over seeds × problems and over seeds, exclude 0): "
+            f"{', '.join(claims[key])}." for key, word in (("gain", "Gains"), ("loss", "Losses")) if claims[key]]
+    if claims["indicative"]:
+        tail.append(f"Indicative only (fewer than {MIN_SEEDS} seeds, so not claimed; both intervals exclude 0): "
+                    f"{', '.join(claims['indicative'])}.")
+    if claims["problems only"]:
+        tail.append(f"The intervals disagree, so not claimed: the bootstrap over seeds and problems excludes 0 "
+                    f"but the t-interval over seeds does not for {', '.join(claims['problems only'])}.")
+    if claims["seeds only"]:
+        tail.append(f"The intervals disagree, so not claimed: the t-interval over seeds excludes 0 but the "
+                    f"bootstrap over seeds and problems does not for {', '.join(claims['seeds only'])}.")
     if tail and claims["≈"]:
-        tail.append(f"Not shown either way (interval includes 0): {', '.join(claims['≈'])}.")
+        tail.append(f"Not shown either way (both intervals include 0): {', '.join(claims['≈'])}.")
     elif intervals and not tail:
         tail.append("Every 95% interval includes 0: no gain or loss is shown.")
-    unclaimed = [c.removesuffix(" *") for c in significant.values() if c.endswith(" *")]
-    if unclaimed:
-        tail.append(f"The t-test over seeds alone gives p < 0.05 for {', '.join(unclaimed)}, but the interval "
-                    f"over seeds and problems includes 0, so it is not claimed.")
     if claims["no interval"]:
         tail.append(f"No interval (some runs have no per-problem records), so not claimed either way: "
                     f"{', '.join(claims['no interval'])}.")

@@ -1,7 +1,9 @@
 """report.md of ``hacrl compare``: the summary (see :mod:`hacrl.report.summary`) as Markdown tables.
 
-The report opens with the answer (every algorithm against every baseline: Δ, its 95% paired interval and what
-it supports), then the details: configuration, learning curves and accuracy tables, cost, diagnostics."""
+The report reads top-down: the answer (every algorithm against every baseline: Δ, its two 95% paired intervals
+and what they support), the plots and the reading, then the details (configuration, accuracy tables, cost,
+pace and diagnostics where they have something to show, provenance, runs). What the columns mean and how the
+intervals are computed is in docs/compare.md, not repeated in every report."""
 
 from __future__ import annotations
 
@@ -11,6 +13,10 @@ from typing import Any
 from hacrl.report.answers import render_answer_quality
 from hacrl.report.pace import render_pace
 from hacrl.report.plots import finished_seeds
+from hacrl.report.provenance import provenance_warning, render_provenance
+from hacrl.report.reading import MIN_SEEDS, missing_baselines
+
+METHOD_DOC = "docs/compare.md in the hacrl repository (“What it writes”)"  # where the method text lives
 
 
 def _f(v: float | None, fmt: str = ".3f") -> str:
@@ -46,11 +52,53 @@ def _interval_cell(st: dict[str, Any] | None) -> str:
     return f"[{iv['lo']:+.3f}, {iv['hi']:+.3f}]" + (" ≈" if iv["includes_zero"] else "")
 
 
+def _seed_cell(st: dict[str, Any] | None) -> str:
+    """``[lo, hi]`` of a Δ's seed-level t-interval, with ≈ where it includes 0; "—" where there is none."""
+    si = (st or {}).get("seed_interval")
+    if not si:
+        return "—"
+    return f"[{si['lo']:+.3f}, {si['hi']:+.3f}]" + (" ≈" if si["includes_zero"] else "")
+
+
 def _has_intervals(s: dict[str, Any]) -> bool:
     return any(row["lo"] is not None for row in s.get("answer", []))
 
 
-MARKS = {"gain": "**gain**", "loss": "**loss**", "≈": "≈ interval includes 0", "no interval": "no interval"}
+CLAIMS = {"gain": "gain", "loss": "loss", "≈": "≈ both intervals include 0",
+          "problems only": "not claimed: only the bootstrap excludes 0",
+          "seeds only": "not claimed: only the t-interval excludes 0", "no interval": "no interval"}
+
+
+def _claim_cell(r: dict[str, Any]) -> str:
+    """The answer row's reading: **gain** / **loss** in bold only where both intervals exclude 0 over 3 or
+    more seeds; with fewer seeds every reading is marked indicative only (and nothing is bold)."""
+    key = r.get("claim", r["mark"])
+    word = CLAIMS[key]
+    if r.get("indicative"):
+        return f"{word}, indicative only ({r['seeds']} seed{'s' if r['seeds'] != 1 else ''})"
+    return f"**{word}**" if key in ("gain", "loss") else word
+
+
+def answer_table(s: dict[str, Any]) -> list[str]:
+    """The Answer table (its lead sentence, then one row per agent × algorithm × baseline × measure): the
+    opening of report.md, and what ``hacrl compare`` prints when it ends. Empty without paired differences."""
+    rows = s.get("answer", [])
+    if not rows:
+        return []
+    n = len(s["seeds"])
+    lines = [(f"Final held-out accuracy at step {s['steps']}, each algorithm minus each baseline, paired by seed"
+              f"{' and problem' if _has_intervals(s) else ''} over {n} seed{'s' if n != 1 else ''}:"), "",
+             ("| agent | algorithm | vs | measure | Δ | 95% interval (seeds × problems) | 95% t-interval (seeds) "
+              "| reading | t-test p (seeds) | pairs (seeds × problems) |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        interval = "—" if r["lo"] is None else f"[{r['lo']:+.3f}, {r['hi']:+.3f}]"
+        seed_iv = "—" if r.get("seed_lo") is None else f"[{r['seed_lo']:+.3f}, {r['seed_hi']:+.3f}]"
+        pairs = "—" if r["pairs"] is None else f"{r['pairs']} ({r['seeds']} × {r['problems']})"
+        p_t = "n/a" if r["p_t"] is None else f"{r['p_t']:.3g}"
+        lines.append(f"| {r['agent']} | {r['algorithm']} | {r['baseline']} | {r['measure']} | {r['delta']:+.3f} "
+                     f"| {interval} | {seed_iv} | {_claim_cell(r)} | {p_t} | {pairs} |")
+    return lines
 
 
 def _answer_section(s: dict[str, Any]) -> list[str]:
@@ -59,51 +107,23 @@ def _answer_section(s: dict[str, Any]) -> list[str]:
     rows = s.get("answer", [])
     if not rows:
         return []
-    n = len(s["seeds"])
-    lines = ["## Answer", "",
-             (f"Final held-out accuracy at step {s['steps']}, each algorithm minus each baseline, paired by seed"
-              f"{' and problem' if _has_intervals(s) else ''} over {n} seed{'s' if n != 1 else ''}:"), "",
-             ("| agent | algorithm | vs | measure | Δ | 95% interval | reading | t-test p (seeds) "
-              "| pairs (seeds × problems) |"),
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        interval = "—" if r["lo"] is None else f"[{r['lo']:+.3f}, {r['hi']:+.3f}]"
-        pairs = "—" if r["pairs"] is None else f"{r['pairs']} ({r['seeds']} × {r['problems']})"
-        p_t = "n/a" if r["p_t"] is None else f"{r['p_t']:.3g}"
-        lines.append(f"| {r['agent']} | {r['algorithm']} | {r['baseline']} | {r['measure']} | {r['delta']:+.3f} "
-                     f"| {interval} | {MARKS[r['mark']]} | {p_t} | {pairs} |")
-    lines.append("")
+    lines = ["## Answer", "", *answer_table(s), ""]
     if not _has_intervals(s):
-        return [*lines, ("No interval: these runs have no per-problem records (eval_problems.jsonl, written "
-                         "by every evaluation since they were introduced), so Δ is the mean over seeds and only "
-                         "the t-test over seeds below tests it."), ""]
+        lines += [("No interval over seeds × problems: these runs have no per-problem records "
+                   "(eval_problems.jsonl), so Δ is the mean over seeds, with the t-interval and t-test over seeds "
+                   "only."), ""]
     notes: dict[str, list[str]] = {}
     for r in rows:
-        if r["note"]:
+        if r["note"] and _has_intervals(s):
             notes.setdefault(r["note"], []).append(f"{r['algorithm']} vs {r['baseline']} ({r['agent']}, "
                                                    f"{r['measure']})")
-    lines += [f"- {', '.join(which)}: {note}" for note, which in notes.items()] + ([""] if notes else [])
-    m = s.get("interval_method", {})
-    lines += [
-        ("*Δ*: the mean over every paired (seed, problem) of this algorithm's reward minus the baseline's (for "
-         "avg@k, each problem's mean over its k samples); where there is no interval, the mean over seeds of "
-         "the final accuracies. *gain* / *loss*: the 95% interval excludes 0; *≈*: it includes 0, so the runs "
-         "do not show a difference either way (which is not evidence of no difference). *pairs*: the (seed, "
-         "problem) cells paired by problem id (a problem evaluated in only one of the two runs is left out)."),
-        "",
-        (f"*The interval*: a paired bootstrap over seeds and problems ({m.get('n_boot', 'n/a')} replicates, "
-         f"RNG seed {m.get('rng_seed', 'n/a')}; every resample enumerated when there are fewer): each replicate "
-         "draws the seeds with replacement and, once for all seeds, the held-out problems with replacement, and "
-         "takes the mean paired difference; the interval is the 2.5th–97.5th percentile of the replicates. "
-         "Why: a claim should hold on other held-out problems as well as under other seeds, so both are "
-         "resampled; pairing each problem with itself (same seed, same id) removes the problems' own "
-         "difficulty from the comparison, and no normal approximation is needed for 0/1 rewards. A t-test over "
-         "3–5 seeds uses only the seeds' totals; it stays beside the interval in the tables below. With few "
-         "seeds the seed level is resampled coarsely, so read a narrow interval with the number of seeds in "
-         "mind. summary.json also carries the bootstrap p and an exact McNemar test on the pooled discordant "
-         "pairs (which treats every (seed, problem) as independent)."),
-        "",
-    ]
+    lines += [f"- {', '.join(which)}: {note}" for note, which in notes.items()]
+    lines += [f"- Missing baseline: {m}." for m in missing_baselines(s)]
+    lines += [""] if lines[-1] else []
+    lines += [("**gain** / **loss**: both 95% intervals exclude 0 (the paired bootstrap over seeds × problems "
+               f"and the paired t-interval over seeds), over {MIN_SEEDS} or more seeds; with fewer seeds every "
+               "reading is indicative only. What Δ, the intervals and every column are, and why: "
+               f"{METHOD_DOC}."), ""]
     return lines
 
 
@@ -120,14 +140,16 @@ def _sampled_table(per_algo: dict[str, Any], baselines: list[str], intervals: bo
     k = str(ks.pop()) if len(ks) == 1 and None not in ks else "k"
     head = ["algorithm", f"start avg@{k}", f"final avg@{k} (mean ± sd)"]
     for b in baselines:
-        head += [f"Δ avg@{k} vs {b} (± se)", f"p vs {b}"] + ([f"95% interval vs {b}"] if intervals else [])
+        head += [f"Δ avg@{k} vs {b} (± se)", f"p vs {b}", f"t-interval vs {b}"] + (
+            [f"95% interval vs {b}"] if intervals else [])
     head += [f"start pass@{k}", f"final pass@{k} (mean ± sd)"]
     lines = [f"Sampled at the rollout temperature, {k} answers per held-out problem:", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for algo, v in sampled.items():
         row = [algo, _pm(*v["start_avg"]), _pm(*v["final_avg"]["mean_sd"])]
         for b in baselines:
-            row += list(_delta_cells(v["vs"].get(b))) + ([_interval_cell(v["vs"].get(b))] if intervals else [])
+            row += [*_delta_cells(v["vs"].get(b)), _seed_cell(v["vs"].get(b))] + (
+                [_interval_cell(v["vs"].get(b))] if intervals else [])
         row += [_pm(*v["start_pass"]), _pm(*v["final_pass"]["mean_sd"])]
         lines.append("| " + " | ".join(row) + " |")
     return [*lines, ""]
@@ -167,7 +189,8 @@ def _config_section(s: dict[str, Any]) -> list[str]:
 def _accuracy_table(s: dict[str, Any], per_algo: dict[str, Any], intervals: bool) -> list[str]:
     head = ["algorithm", "start", "final (mean ± sd)"]
     for b in s["baselines"]:
-        head += [f"Δ vs {b} (± se)", f"p vs {b}"] + ([f"95% interval vs {b}"] if intervals else [])
+        head += [f"Δ vs {b} (± se)", f"p vs {b}", f"t-interval vs {b}"] + (
+            [f"95% interval vs {b}"] if intervals else [])
     head += ["rollouts / run", "optimizer updates / run", "wall s / run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for algo, r in per_algo.items():
@@ -175,7 +198,8 @@ def _accuracy_table(s: dict[str, Any], per_algo: dict[str, Any], intervals: bool
         row = [algo, _pm(r["start"], r["start_sd"] or None),
                _pm(r["final"]["mean"], r["final"]["sd"]) + _seeds_mark(r["final"]["by_seed"], len(s["seeds"]))]
         for b in s["baselines"]:
-            row += list(_delta_cells(r["vs"].get(b))) + ([_interval_cell(r["vs"].get(b))] if intervals else [])
+            row += [*_delta_cells(r["vs"].get(b)), _seed_cell(r["vs"].get(b))] + (
+                [_interval_cell(r["vs"].get(b))] if intervals else [])
         row += [str(r["rollouts"]), _f(r["optimizer_updates"], ".0f"), _pm(cost[0], cost[1], ".1f")]
         lines.append("| " + " | ".join(row) + " |")
     return [*lines, ""]
@@ -192,33 +216,35 @@ def _seeds_mark(by_seed: dict[Any, float | None], n: int) -> str:
     return f" ({k} of {n} seed{'s' if n != 1 else ''})" if k < n else ""
 
 
-def _accuracy_section(s: dict[str, Any]) -> list[str]:
-    intervals = _has_intervals(s)
+def _plots_section(s: dict[str, Any]) -> list[str]:
+    """The plots, right after the answer: each agent's learning curves, then ω and the cross window."""
     plots = set(s.get("plots", []))
     n = len(s["seeds"])
+    lines = []
+    for agent in s["results"]:
+        if f"plots/curve-{agent}.png" in plots:
+            lines += [f"![{agent} learning curves](plots/curve-{agent}.png)", "",
+                      (f"{agent}: held-out greedy accuracy, mean over {n} seed{'s' if n != 1 else ''}"
+                       f"{' (band: ± sd)' if n > 1 else ''}, against the training step (left) and against the "
+                       f"answers {agent} generated in training (right)."), ""]
+    for name, title in (("omega.png", "ω over time"),
+                        ("cross-window.png", "cross answers inside the window")):
+        if f"plots/{name}" in plots:
+            lines += [f"![{title}](plots/{name})", ""]
+    return ["## Plots", "", *lines] if lines else []
+
+
+def _accuracy_section(s: dict[str, Any]) -> list[str]:
+    intervals = _has_intervals(s)
     lines = ["## Held-out accuracy", ""]
     for agent, per_algo in s["results"].items():
         lines += [f"### {agent}", ""]
-        if f"plots/curve-{agent}.png" in plots:
-            lines += [f"![{agent} learning curves](plots/curve-{agent}.png)", "",
-                      (f"Held-out greedy accuracy at every evaluation, mean over {n} seed{'s' if n != 1 else ''}"
-                       f"{' (band: ± sd over seeds)' if n > 1 else ''}, against the training step (left) and "
-                       f"against the answers {agent} generated in training (right: step × batch × G × the "
-                       f"algorithm's rollout multiplier). Numbers: summary.json, "
-                       f"`results.{agent}.<algo>.curve`."), ""]
         lines += _accuracy_table(s, per_algo, intervals)
         lines += _sampled_table(per_algo, s["baselines"], intervals)
-    lines += [
-        (f"*start*: accuracy before training (step 0). *final*: at step {s['steps']}, mean ± sd over {n} "
-        f"seed{'s' if n != 1 else ''}. *Δ vs b*: mean over seeds of (final − final of b with the same seed) "
-        "± its standard error; *p*: two-sided paired t-test over seeds (n/a with fewer than 2 seeds)"
-        + ("; *95% interval*: the paired bootstrap over seeds and problems of the answer above, ≈ where it "
-           "includes 0. " if intervals else ". ") +
-        "*rollouts*: answers this agent generated in training (steps × batch × G × the algorithm's rollout "
-        "multiplier). *optimizer updates*: this agent's optimizer steps. *wall*: the whole run (all agents), "
-        "measured."),
-        "",
-    ]
+    lines += [(f"*start* / *final*: step 0 / step {s['steps']}, mean ± sd over seeds; *Δ* ± se and *p*: the paired "
+               "t-test over seeds; *t-interval*: its 95% interval"
+               + ("; *95% interval*: the paired bootstrap over seeds × problems" if intervals else "")
+               + f". Every column: {METHOD_DOC}."), ""]
     return lines
 
 
@@ -248,10 +274,9 @@ def _wall_mark(c: dict[str, Any]) -> str:
 
 
 def _diagnostics_section(s: dict[str, Any]) -> list[str]:
+    if not s["diagnostics"]:  # no algorithm shares the answer pool: nothing to diagnose
+        return []
     lines = ["## Collaboration diagnostics", ""]
-    if not s["diagnostics"]:
-        return [*lines, ("No algorithm in this comparison shares the answer pool (hacpo, naive or a hacpo-* "
-                         "ablation), so there is nothing to diagnose."), ""]
     others = {a: [o for o in s["agents"] if o != a] for a in s["agents"]}
     head = ["algorithm", "learner", "mean cross ratio", "inside window", "below", "above",
             "ω (mean, final)"]
@@ -264,19 +289,8 @@ def _diagnostics_section(s: dict[str, Any]) -> list[str]:
                    (d["in_window_frac"], d["below_window_frac"], d["above_window_frac"])]
             ratio = "not logged" if d["cross_ratio_mean"] is None else _f(d["cross_ratio_mean"], ".3f")
             lines.append(f"| {algo} | {agent} | {ratio} | {pct[0]} | {pct[1]} | {pct[2]} | {om} |")
-    lines += ["", ("*cross ratio*: the learner's sequence probability of another agent's answer over "
-              "its author's at rollout time (exp of the difference of mean token log-probs); *inside "
-              "window*: share of cross answers whose ratio lay in the stepwise clip window [ℓ_m, 1] and "
-              "so gave gradient; *below* / *above*: clipped at the lower / upper bound. All are means "
-              "over steps and seeds. *ω*, in learner k's row under →j: ω(k→j) = ω^(k,j) = P̂_k / P̂_j, "
-              "the capability of the learner k over that of the source j (clamped to [0.1, 10]); k's "
-              "baseline weighs j's rewards by it, k's update weighs j's answers by its inverse ω(j→k)."),
-              ""]
-    plots = set(s.get("plots", []))
-    for name, title in (("omega.png", "ω over time"),
-                        ("cross-window.png", "cross answers inside the window")):
-        if f"plots/{name}" in plots:
-            lines += [f"![{title}](plots/{name})", ""]
+    lines += ["", (f"Means over steps and seeds; ω(k→j) = P̂_k / P̂_j in learner k's row under →j. The columns: "
+                   f"{METHOD_DOC}."), ""]
     return lines
 
 
@@ -307,15 +321,20 @@ def render_report(summary: dict[str, Any]) -> str:
     """The comparison's report.md from its summary.json, section by section."""
     s = summary
     lines = ["# hacrl comparison", "", "```", s["command"], "```", ""]
+    lines += provenance_warning(s.get("provenance"))
     lines += _answer_section(s)
+    lines += _plots_section(s)
+    lines += ["## Reading", ""]
+    for p in s["reading"] or ["(nothing to say)"]:
+        lines += [p, ""]
     lines += _config_section(s)
     lines += _accuracy_section(s)
     lines += render_answer_quality(s.get("answer_quality"), s["baselines"])
     lines += _cost_section(s)
-    lines += render_pace(s.get("pace"))
+    pace = s.get("pace") or {}
+    if any(p.get("mode", "lockstep") != "lockstep" for p in pace.values()):  # lock-step runs: nothing to add
+        lines += render_pace(pace)
     lines += _diagnostics_section(s)
-    lines += ["## Reading", ""]
-    for p in s["reading"] or ["(nothing to say)"]:
-        lines += [p, ""]
+    lines += render_provenance(s.get("provenance"))
     lines += _runs_section(s)
     return "\n".join(lines)

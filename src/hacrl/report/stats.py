@@ -1,7 +1,8 @@
 """The statistics of ``hacrl compare``: paired differences over seeds, per-problem paired intervals pooled
 over seeds, and mean ± sd.
 
-Pure functions over plain floats and numpy arrays; scipy (optional) only gives the paired t-test's p-value.
+Pure functions over plain floats and numpy arrays; scipy (optional) gives the paired t-test's p-value and the
+t quantile of :func:`seed_t_interval` (the paired t-interval over seeds, beside the bootstrap).
 :func:`paired_difference` (the t-test over seeds) and :func:`paired_bootstrap` (the interval over seeds ×
 problems, with :func:`mcnemar_exact` beside it) are tested on hand-made examples in tests/report/.
 """
@@ -55,6 +56,51 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float
         return out
     out["p"] = float(ttest_rel(list(map(float, a)), list(map(float, b))).pvalue)
     return out
+
+
+SEED_LEVEL = 0.95  # the seed-level t-interval's level (the bootstrap's is BOOTSTRAP_LEVEL)
+
+
+def seed_t_interval(a: Sequence[float], b: Sequence[float], *, level: float = SEED_LEVEL
+                    ) -> dict[str, Any] | None:
+    """Paired t-interval over seeds of a − b (same seeds, same order): with d_i = a_i − b_i over n seeds,
+
+        mean(d) ± t_{(1+level)/2, n−1} · sd(d) / √n
+
+    (sd with n − 1; the t quantile from ``scipy.stats.t.ppf``). Returns ``{mean, lo, hi, half_width, sd, n,
+    df, t_quantile, level, includes_zero}``, or None with fewer than 2 seeds or without scipy. When every
+    difference is the same (sd = 0) the interval is the point [mean, mean].
+
+    >>> st = seed_t_interval([0.6, 0.7, 0.8], [0.5, 0.5, 0.5])  # d = [0.1, 0.2, 0.3]: sd 0.1, t = 4.302653
+    >>> round(st["half_width"], 6), round(st["lo"], 6), round(st["hi"], 6), st["includes_zero"]
+    (0.248414, -0.048414, 0.448414, True)
+    """
+    pd = paired_difference(a, b)
+    n = int(pd["n"] or 0)
+    if n < 2:
+        return None
+    try:
+        from scipy.stats import t as student_t
+    except ImportError:
+        return None
+    q = float(student_t.ppf((1 + level) / 2, n - 1))
+    mean, sd, se = float(pd["mean"]), float(pd["sd"]), float(pd["se"])
+    half = q * se
+    lo, hi = round(mean - half, 12) + 0.0, round(mean + half, 12) + 0.0
+    return {"mean": mean, "lo": lo, "hi": hi, "half_width": half, "sd": sd, "n": n, "df": n - 1,
+            "t_quantile": q, "level": level, "includes_zero": bool(lo <= 0 <= hi)}
+
+
+def seed_means(pp: PairedProblems) -> tuple[list[float], list[float]]:
+    """Each seed's mean of a and of b over its paired problems (seeds without a pair left out): the per-seed
+    values a seed-level interval pairs, for a measure that exists only per problem."""
+    a, b = [], []
+    for s in range(pp.mask_SP.shape[0]):
+        m = pp.mask_SP[s]
+        if m.sum():
+            a.append(float((pp.a_SP[s] * m).sum() / m.sum()))
+            b.append(float((pp.b_SP[s] * m).sum() / m.sum()))
+    return a, b
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float | None, float | None]:

@@ -19,15 +19,18 @@ from hacrl.config import Config
 from hacrl.learner.algorithms import adaptive_window
 from hacrl.report.answers import answer_quality
 from hacrl.report.pace import pace_summary
+from hacrl.report.provenance import provenance_summary
 from hacrl.report.reading import algorithm_of, answer_rows, automatic_reading, is_baseline
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import (
     BOOTSTRAP_B,
     BOOTSTRAP_LEVEL,
     BOOTSTRAP_SEED,
+    SEED_LEVEL,
     mean_sd,
     paired_bootstrap,
     paired_difference,
+    seed_t_interval,
 )
 from hacrl.run.sinks import phase_times
 
@@ -105,6 +108,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
     for agent in agent_ids:
         summary["results"][agent] = _results_of(agent, cfg, by_algo, baselines, seeds)
     summary["interval_method"] = INTERVAL_METHOD
+    summary["seed_interval_method"] = SEED_INTERVAL_METHOD
     summary["runs_with_problem_records"] = sum(bool(d.problems) for d in data)
     summary["answer"] = answer_rows(summary)
     summary["answer_quality"] = answer_quality(outcomes, agent_ids, algos, baselines, seeds, steps, t.eval_budget)
@@ -114,6 +118,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
             summary["diagnostics"][algo] = {agent: _diagnostics_of(agent, by_algo[algo], agent_ids)
                                             for agent in agent_ids}
             summary["windows"][algo] = _window_of(algo, outcome_of, seeds, cfg)
+    summary["provenance"] = provenance_summary(outcomes)  # commits, libraries, devices; who differs
     summary["reading"] = automatic_reading(summary)
     return summary
 
@@ -164,8 +169,10 @@ def _results_of(agent: str, cfg: Config, by_algo: dict[str, list[RunData]], base
             if b == algo:
                 continue
             common = [s for s in seeds if finals[algo].get(s) is not None and finals[b].get(s) is not None]
-            vs[b] = {**paired_difference([finals[algo][s] for s in common], [finals[b][s] for s in common]),
-                     "seeds": common, **_interval(algo, b, by_algo, common, steps, agent, "greedy")}
+            mine, theirs = [finals[algo][s] for s in common], [finals[b][s] for s in common]
+            vs[b] = {**paired_difference(mine, theirs), "seeds": common,
+                     **_interval(algo, b, by_algo, common, steps, agent, "greedy"),
+                     "seed_interval": seed_t_interval(mine, theirs)}
         per_step = t.batch_size * cfg.rollout.rollouts_per_prompt * a.rollout_multiplier
         per_algo[algo] = {
             "start": start_mean, "start_sd": start_sd,
@@ -223,8 +230,10 @@ def _sampled_of(agent: str, algo: str, by_algo: dict[str, list[RunData]], baseli
             continue
         other = at(b, steps, "avg")
         common = [s for s in seeds if s in final_avg and s in other]
-        vs[b] = {**paired_difference([final_avg[s] for s in common], [other[s] for s in common]), "seeds": common,
-                 **_interval(algo, b, by_algo, common, steps, agent, "sampled")}
+        mine, theirs = [final_avg[s] for s in common], [other[s] for s in common]
+        vs[b] = {**paired_difference(mine, theirs), "seeds": common,
+                 **_interval(algo, b, by_algo, common, steps, agent, "sampled"),
+                 "seed_interval": seed_t_interval(mine, theirs)}
     return {
         "k": sorted(ks)[0] if len(ks) == 1 else None,
         "start_avg": mean_sd(list(at(algo, 0, "avg").values())),
@@ -245,6 +254,15 @@ INTERVAL_METHOD = {
     "exact": "every ordered resample enumerated instead when seeds^seeds × problems^problems ≤ n_boot",
     "p": "two-sided bootstrap p = min(1, 2·min(share of replicates ≤ 0, share ≥ 0))",
     "secondary": "exact McNemar test on the pooled discordant pairs (0/1 rewards only)",
+}
+# beside it (summary key "seed_interval" of every paired difference): see stats.seed_t_interval
+SEED_INTERVAL_METHOD = {
+    "name": "paired t-interval over seeds",
+    "statistic": "per-seed difference d_s of the final values (a run's accuracy, or its mean over problems)",
+    "interval": "mean(d) ± t_{(1+level)/2, n−1} · sd(d)/√n (scipy.stats.t.ppf); none with fewer than 2 seeds",
+    "level": SEED_LEVEL,
+    "claim": "a gain or a loss is claimed only where both this and the bootstrap interval exclude 0, and with 3 "
+             "or more seeds (fewer: indicative only)",
 }
 
 

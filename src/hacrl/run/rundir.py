@@ -28,7 +28,7 @@ LOCK_FILE = ".hacrl.lock"
 RUN_ENTRIES = frozenset({
     "config.yaml", "metrics.jsonl", "eval.jsonl", "eval_problems.jsonl", "samples", "tensorboard", "checkpoints",
     "compare.json", "compare.json.tmp", "config.yaml.tmp", "metrics.jsonl.tmp", "eval.jsonl.tmp",
-    "eval_problems.jsonl.tmp", "trackers.json", "trackers.json.tmp", "wandb", LOCK_FILE,
+    "eval_problems.jsonl.tmp", "trackers.json", "trackers.json.tmp", "wandb", "provenance.jsonl", LOCK_FILE,
 })
 
 

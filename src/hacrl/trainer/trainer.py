@@ -45,6 +45,7 @@ from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
 from hacrl.run import checkpoint as ckpt
 from hacrl.run.files import append_lines, write_atomic
+from hacrl.run.provenance import record_provenance
 from hacrl.run.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
 from hacrl.run.trackers import make_sinks, resolve_loggers
 from hacrl.trainer.evaluation import load_benchmarks, score_answers
@@ -137,6 +138,7 @@ class Trainer:
             if resume_from:
                 self._truncate_logs(self.step_idx)
             self.sink = self._make_sinks() if sinks else NullSink()
+            record_provenance(run_dir, from_step=self.step_idx)  # code, libraries, device: every invocation
         except BaseException:
             self.backend.close()  # Ray actors must not outlive a trainer that never started
             self.scorer.close()
