@@ -11,6 +11,7 @@ tests against the trainer's phase code.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import logging
 import math
@@ -541,3 +542,56 @@ def test_the_loop_runs_off_the_main_thread_without_signal_handlers(trainer, monk
     thread.start()
     thread.join(60)
     assert out and out[0]["stopped"] is False and trainer.step_idx == 1
+
+
+# ---- checkpoint state, one function for both loops -------------------------------------------------------------
+
+class StubLoop:
+    """What ``checkpoint_state`` reads of the asynchronous loop."""
+
+    def state_dict(self) -> dict:
+        return {"versions": [2, 1]}
+
+    def manifest(self) -> dict:
+        return {"mode": "async", "versions": [2, 1]}
+
+
+def test_checkpoint_state_is_the_lock_step_one_plus_the_async_loops(trainer):
+    trainer.step_idx = 3
+    trainer.data.take(2)
+    state, manifest = trainer.checkpoint_state()
+    assert list(state) == ["step", "data_pos", "tracker", "rng", "window"]
+    assert (state["step"], state["data_pos"]) == (3, 2)
+    assert state["window"].keys() == trainer.phases.window.state_dict().keys()
+    agents = [{"id": a, "model": m} for a, m in zip(IDS, ("builtin:qwen2-char-small", "builtin:qwen2-char",
+                                                          "builtin:llama-bpe"), strict=True)]
+    assert manifest == {"agents": agents, "algorithm": "hacpo"}
+    state, manifest = trainer.checkpoint_state(StubLoop())  # type: ignore[arg-type]
+    assert list(state) == ["step", "data_pos", "tracker", "rng", "async", "window"]
+    assert state["async"] == {"versions": [2, 1]}
+    assert manifest == {"agents": agents, "algorithm": "hacpo", "mode": "async", "versions": [2, 1]}
+
+
+def test_the_async_loops_agent_states_go_through_a_checkpoint(trainer):
+    from hacrl.trainer.async_loop import AgentState, AsyncLoop, Round
+
+    loop = AsyncLoop(trainer.cfg, trainer.phases, None, trainer.data, step=7)
+    loop.agents[0] = AgentState(version=4, tag=5, own_keys={11: (4, 0), 12: (4, 1)}, busy=2.0, idle=1.0, updates=3)
+    loop.agents[2] = AgentState(version=3, tag=3)
+    ps = problems(2)
+    loop.problems, loop.handed = {8: ps[0], 9: ps[1]}, {8: {0, 2}, 9: {0}}
+    loop.held[2] = Round(3, [8, 9], ps, 3, metrics={"agent/c/unscorable": 1.0})
+    state = loop.state_dict()
+    assert (state["versions"], state["tags"]) == ([4, 0, 3], [5, 0, 3])
+    assert state["own_keys"] == [{11: (4, 0), 12: (4, 1)}, {}, {}]
+    again = AsyncLoop(trainer.cfg, trainer.phases, None, trainer.data)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)  # as the checkpoint writes it
+    buffer.seek(0)
+    again.load_state_dict(torch.load(buffer, weights_only=False))
+    assert again.versions == [4, 0, 3] and [a.tag for a in again.agents] == [5, 0, 3]
+    assert again.agents[0].own_keys == {11: (4, 0), 12: (4, 1)}
+    assert (again.agents[0].busy, again.agents[0].updates) == (0.0, 0)  # this process's counts start afresh
+    assert again.handed == loop.handed and again.problems == loop.problems
+    assert again.held[2].prompts == [8, 9] and again.held[2].problems == ps and again.held[2].version == 3
+    assert again.manifest() == {"mode": "async", "versions": [4, 0, 3]}

@@ -5,9 +5,10 @@ for each learner: view → advantages → minibatch updates (stepwise index) ; t
 a checkpoint every C steps. Formulas live in ``hacrl.core``; the per-learner arithmetic in ``learner``.
 
 The trainer is the driver: it owns the data, the rewards, the pool, the capability tracker, the logs and
-the checkpoint files. The phases around the workers' calls are ``hacrl.trainer.phases``, shared with the
-asynchronous loop (``trainer.mode=async``, ``hacrl.trainer.async_loop``); ``train`` is one scaffold for both. Each agent's model and optimizer live in an ``AgentWorker`` (``worker``), in this
-process or in a Ray actor (``backends``); only texts and scalars pass between them.
+the checkpoint files. Each agent's model and optimizer live in an ``AgentWorker`` (``worker``), in this
+process or in a Ray actor (``backends``); only texts and scalars pass between them. The phases around the
+workers' calls are ``hacrl.trainer.phases``, shared with the asynchronous loop (``trainer.mode=async``,
+``hacrl.trainer.async_loop``, which the trainer drives); ``train`` is one scaffold for both loops.
 
 Run it with ``hacrl train`` (see ``hacrl.cli``) or ``Trainer(cfg, run_dir).train()``.
 """
@@ -54,14 +55,13 @@ from hacrl.trainer.phases import (
     pool_metrics,
     rescue_share,
     rollout_metrics,
-    sub_phase_timings,
     timed,
 )
 from hacrl.trainer.start_eval import Evaluation, start_cache
 from hacrl.types import Problem, Trajectory
 
-# rescue_share, sub_phase_timings: hacrl.trainer.phases's, importable from here as before
-__all__ = ["AgentFailure", "Trainer", "phase_times", "rescue_share", "resolve_model_path", "sub_phase_timings"]
+# rescue_share is hacrl.trainer.phases's, importable from here as before
+__all__ = ["AgentFailure", "Trainer", "phase_times", "rescue_share", "resolve_model_path"]
 
 logger = logging.getLogger(__name__)
 
