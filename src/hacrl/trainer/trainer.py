@@ -65,6 +65,8 @@ __all__ = ["AgentFailure", "Trainer", "phase_times", "rescue_share", "resolve_mo
 
 logger = logging.getLogger(__name__)
 
+Progress = Callable[[int, dict[str, float]], None]  # called with each metrics line's step and metrics
+
 
 class StopRequests:
     """SIGINT and SIGTERM while a loop runs: finish the current step (or cut), checkpoint, stop."""
@@ -355,7 +357,7 @@ class Trainer:
             state, manifest, self.cfg.trainer.keep_last)
 
     # ---- the loops ------------------------------------------------------------------------------
-    def train(self, progress: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, Any]:
+    def train(self, progress: Progress | None = None) -> dict[str, Any]:
         """Run until ``trainer.steps``; returns the evaluations before and after. ``trainer.mode=async``: every
         agent at its own pace (``hacrl.trainer.async_loop``), until the slowest has made ``trainer.steps`` updates.
         Both loops: SIGINT/SIGTERM finish the step (the cut), checkpoint and stop; config.yaml; the step-0
@@ -372,8 +374,7 @@ class Trainer:
             self.close()
         return {"first": self.eval_record(0), "last": last_eval, "checkpoint": path, "stopped": self.stop.requested}
 
-    def _train_lockstep(self, progress: Callable[[int, dict[str, float]], None] | None
-                        ) -> tuple[dict[str, float] | None, Path]:
+    def _train_lockstep(self, progress: Progress | None) -> tuple[dict[str, float] | None, Path]:
         """Steps until ``trainer.steps`` (or a stop request): the last evaluation (None unless the final step's)
         and the final checkpoint."""
         t = self.cfg.trainer
@@ -404,8 +405,7 @@ class Trainer:
             loop.load_state_dict(self._async_state)
         return loop
 
-    def _train_async(self, loop: AsyncLoop, progress: Callable[[int, dict[str, float]], None] | None
-                     ) -> tuple[dict[str, float] | None, Path]:
+    def _train_async(self, loop: AsyncLoop, progress: Progress | None) -> tuple[dict[str, float] | None, Path]:
         """The asynchronous loop until the slowest agent has made ``trainer.steps`` updates (or a stop request),
         cut for evaluations and checkpoints at multiples of the slowest agent's version: the last evaluation and
         the final checkpoint. One metrics line per update, ``step`` the run's number of updates."""
