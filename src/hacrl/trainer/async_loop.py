@@ -6,9 +6,9 @@ rollout ... It waits on whichever call finishes first (``backend.wait_any``), ne
 are the lock-step trainer's own code (``hacrl.trainer.phases``): ``Phases.sampling`` / ``rollout_metrics`` around
 the worker's ``rollout``, ``Phases.score`` on one agent's answers, ``Phases.update_args`` / ``update_metrics``
 around the worker's ``update``, ``pool_metrics`` on the take; the training problems come from the trainer's
-``DataStream``. What this module adds: the ledger (which prompts
-each agent answers next), the take from the pool under the staleness bound, ``RecentCapability`` for ω and P̂,
-the per-agent metrics, and the quiescent cut for evaluations and checkpoints.
+``DataStream``. What this module adds: the ledger (which prompts each agent answers next), the take from the
+pool under the staleness bound, ``RecentCapability`` for ω and P̂, each agent's state (``AgentState``) and
+metrics, and the quiescent cut for evaluations and checkpoints.
 
 Each agent's ``version`` is its number of updates. The run ends when the slowest agent has made
 ``trainer.steps`` updates; faster agents go on training until then. metrics.jsonl gets one line per update
@@ -16,7 +16,8 @@ with ``step`` = the run's total number of updates (checkpoints and evaluations a
 line names the agent's own version. With the local backend the calls run one at a time in a fixed order:
 at ``async.bound=0`` without a group-wait limit this is the lock-step trainer's run, update for update.
 
-``Trainer.train`` drives the loop (cuts for evaluations and checkpoints); the loop knows nothing of the trainer.
+``Trainer.train`` drives the loop (when to cut for evaluations and checkpoints); the loop is built from the
+phases, the backend and the data stream (``Trainer.async_loop``) and knows nothing of the trainer.
 Run it with ``hacrl train --set trainer.mode=async`` (tests: tests/integration/test_async.py).
 """
 
