@@ -295,7 +295,7 @@ class _Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=step, description=f"reward {rewards}")
         elif self.enabled:
-            from hacrl.trainer.trainer import phase_times
+            from hacrl.run.sinks import phase_times
 
             step_time = sum(phase_times(metrics).values())
             print(f"step {step}/{self.trainer.cfg.trainer.steps}  reward {rewards}  ({step_time:.1f}s)",

@@ -44,7 +44,7 @@ from hacrl.rewards.math_reward import warn_if_no_math_verify
 from hacrl.rollout import SamplingParams
 from hacrl.run import checkpoint as ckpt
 from hacrl.run.files import append_lines, write_atomic
-from hacrl.run.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
+from hacrl.run.sinks import MultiSink, NullSink, eval_key, read_evals
 from hacrl.run.trackers import make_sinks, resolve_loggers
 from hacrl.trainer.async_loop import AsyncLoop, next_multiple
 from hacrl.trainer.evaluation import load_benchmarks, score_answers
@@ -61,7 +61,7 @@ from hacrl.trainer.start_eval import Evaluation, start_cache
 from hacrl.types import Problem, Trajectory
 
 # rescue_share is hacrl.trainer.phases's, importable from here as before
-__all__ = ["AgentFailure", "Trainer", "phase_times", "rescue_share", "resolve_model_path"]
+__all__ = ["AgentFailure", "Trainer", "rescue_share", "resolve_model_path"]
 
 logger = logging.getLogger(__name__)
 
