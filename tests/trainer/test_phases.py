@@ -595,3 +595,67 @@ def test_the_async_loops_agent_states_go_through_a_checkpoint(trainer):
     assert again.handed == loop.handed and again.problems == loop.problems
     assert again.held[2].prompts == [8, 9] and again.held[2].problems == ps and again.held[2].version == 3
     assert again.manifest() == {"mode": "async", "versions": [4, 0, 3]}
+
+
+# ---- the asynchronous loop's cadence (a scripted loop: agent a makes two updates to b's and c's one) -------------
+
+class PacedLoop:
+    """What ``Trainer._train_async`` drives: updates in the order a, a, b, c, a, a, b, c, ... until ``stop()``."""
+
+    def __init__(self) -> None:
+        self.versions, self.step, self.resumed = [0, 0, 0], 0, 0
+        self.order = [0, 0, 1, 2]
+
+    def run_until(self, stop, on_update) -> None:
+        while not stop():
+            k = self.order[self.step % 4]
+            self.versions[k] += 1
+            self.step += 1
+            on_update(self.step, k, {"agent": float(k)})
+
+    def resume_calls(self) -> None:
+        self.resumed += 1
+
+
+def test_the_async_loop_is_cut_for_evaluations_and_checkpoints_at_the_slowest_agents_versions(trainer, monkeypatch):
+    set_trainer(trainer, steps=4, eval_every=2, checkpoint_every=3)
+    events: list[tuple] = []
+    monkeypatch.setattr(trainer, "evaluate",
+                        lambda *, budget=False: events.append(("eval", trainer.step_idx, budget)) or {"e": 1.0})
+    monkeypatch.setattr(trainer, "save_checkpoint",
+                        lambda loop=None: events.append(("checkpoint", trainer.step_idx, list(loop.versions))) or "ck")
+    trainer.sink = sink = Recorder()
+    loop, progress = PacedLoop(), []
+    last, path = trainer._train_async(loop, lambda step, line: progress.append(step))  # type: ignore[arg-type]
+    # the slowest (c) reaches 2 at the run's 8th update, 3 at the 12th, 4 at the 16th
+    assert events == [("eval", 8, False), ("checkpoint", 12, [6, 3, 3]), ("eval", 16, True),
+                      ("checkpoint", 16, [8, 4, 4])]
+    assert (last, path, trainer.step_idx, loop.resumed) == ({"e": 1.0}, "ck", 16, 3)
+    assert progress == list(range(1, 17))  # every update line, none of the evaluations' lines
+    evaluations = [(s, m) for s, m in sink.lines if "e" in m]
+    assert [s for s, _ in evaluations] == [8, 16]
+    assert [evaluations[0][1][f"agent/{a}/version"] for a in IDS] == [4, 2, 2]
+    assert all(0 <= m["timing/eval"] < 60 for _, m in evaluations)
+    assert [s for s, m in sink.lines if "e" not in m] == list(range(1, 17))
+
+
+def test_a_stop_request_ends_the_async_loop_at_the_next_cut_with_a_checkpoint(trainer, monkeypatch):
+    set_trainer(trainer, steps=10, eval_every=0, checkpoint_every=0)
+    events: list[tuple] = []
+    monkeypatch.setattr(trainer, "evaluate", lambda **kw: events.append(("eval",)) or {})
+    monkeypatch.setattr(trainer, "save_checkpoint", lambda loop=None: events.append(("checkpoint", trainer.step_idx)))
+    trainer.sink = Recorder()
+
+    def progress(step, _line):
+        if step == 4:
+            trainer.stop.requested = True  # as SIGTERM's handler does
+
+    last, _ = trainer._train_async(PacedLoop(), progress)  # type: ignore[arg-type]
+    assert events == [("checkpoint", 4)] and last is None
+
+
+def test_a_stop_request_is_a_flag_while_the_handlers_are_installed(trainer):
+    before = signal.getsignal(signal.SIGTERM)
+    with trainer.stop.installed():
+        signal.raise_signal(signal.SIGTERM)
+    assert trainer.stop.requested and signal.getsignal(signal.SIGTERM) == before
