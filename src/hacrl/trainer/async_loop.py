@@ -191,17 +191,17 @@ class AsyncLoop:
         if not take.answers:  # nothing to train on (every own answer expired): the next round
             self.start_round(k)
             return
-        capability, omega = self.capability.capability, self.capability.omega_matrix()
+        capability_N, omega_NN = self.capability.capability, self.capability.omega_matrix()
         cross_lower0 = self.phases.cross_lower0(k)
         pool = take.trajectory_pool()
-        self._submit(k, "update", (take, rnd, pool, capability, omega, cross_lower0),
-                     *self.phases.update_args(pool, omega, capability, cross_lower0), own_keys=own,
+        self._submit(k, "update", (take, rnd, pool, capability_N, omega_NN, cross_lower0),
+                     *self.phases.update_args(pool, omega_NN, capability_N, cross_lower0), own_keys=own,
                      version_gaps=take.version_gaps(), forget=forget)
         self._prune()
 
     def update_done(self, k: int, payload: tuple, loss_metrics: dict[str, Any]) -> dict[str, float]:
         """Agent k's new version; its metrics line."""
-        take, rnd, pool, capability, omega, cross_lower0 = payload
+        take, rnd, pool, capability_N, omega_NN, cross_lower0 = payload
         agent, agent_id = self.agents[k], self.phases.agent_ids[k]
         timings: dict[str, float] = {}
         line = dict(rnd.metrics)
@@ -210,7 +210,7 @@ class AsyncLoop:
         agent.busy += timings[f"timing/update/{agent_id}"]
         agent.version += 1
         agent.updates += 1
-        line.update({key: v for key, v in pool_metrics(pool, self.phases.agent_ids, capability, omega).items()
+        line.update({key: v for key, v in pool_metrics(pool, self.phases.agent_ids, capability_N, omega_NN).items()
                      if key.startswith(f"agent/{agent_id}/")})
         line.update(self._async_metrics(k, take))
         line["pool/size"] = len(pool)

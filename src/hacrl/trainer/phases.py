@@ -84,13 +84,13 @@ def rescue_share(pool: TrajectoryPool, *, learner: int, source: int) -> float:
     return hits / max(len(groups), 1)
 
 
-def pool_metrics(pool: TrajectoryPool, agent_ids: list[str], capability: torch.Tensor, omega: torch.Tensor
+def pool_metrics(pool: TrajectoryPool, agent_ids: list[str], capability_N: torch.Tensor, omega_NN: torch.Tensor
                  ) -> dict[str, float]:
     """``pool/size`` and, per agent, its answers' mean reward, accuracy, length and finished share, its
     capability, and per other agent ω[learner, source] and the rescue share.
 
     Args:
-        capability: (N,) P̂ per agent. omega: (N, N) ω[learner, source].
+        capability_N: P̂ per agent. omega_NN: ω[learner, source].
     """
     out: dict[str, float] = {"pool/size": len(pool)}
     for i, a in enumerate(agent_ids):
@@ -98,12 +98,12 @@ def pool_metrics(pool: TrajectoryPool, agent_ids: list[str], capability: torch.T
         scored = [t.reward for t in own if t.reward is not None]
         out[f"agent/{a}/reward"] = sum(scored) / max(len(scored), 1)
         out[f"agent/{a}/accuracy"] = sum(r >= 1.0 for r in scored) / max(len(scored), 1)
-        out[f"agent/{a}/capability"] = float(capability[i])
+        out[f"agent/{a}/capability"] = float(capability_N[i])
         out[f"agent/{a}/answer_tokens"] = sum(t.num_tokens for t in own) / max(len(own), 1)
         out[f"agent/{a}/finished_frac"] = sum(t.finished for t in own) / max(len(own), 1)
         for j, b in enumerate(agent_ids):
             if j != i:
-                out[f"agent/{a}/omega/{b}"] = float(omega[i, j])
+                out[f"agent/{a}/omega/{b}"] = float(omega_NN[i, j])
                 out[f"agent/{a}/rescue/{b}"] = rescue_share(pool, learner=i, source=j)
     return out
 
@@ -185,10 +185,10 @@ class Phases:
             stats[f"agent/{agent_id}/unscorable"] = sum(t.reward is None for t in trajectories if t.source == index)
         return TrajectoryPool(problems, trajectories), stats
 
-    def update_args(self, pool: TrajectoryPool, omega: torch.Tensor, capability: torch.Tensor,
+    def update_args(self, pool: TrajectoryPool, omega_NN: torch.Tensor, capability_N: torch.Tensor,
                     cross_lower0: list[float] | None) -> tuple:
         """The positional arguments of a worker's ``update`` (the one place that builds them)."""
-        return pool, omega, capability, self.minibatch_size, self.rows_per_prompt, cross_lower0
+        return pool, omega_NN, capability_N, self.minibatch_size, self.rows_per_prompt, cross_lower0
 
     def update_metrics(self, i: int, loss_metrics: dict[str, Any], cross_lower0: list[float] | None,
                        timings: dict[str, float]) -> dict[str, float]:

@@ -238,10 +238,10 @@ class Trainer:
         with timed(timings, "capability"):
             rewards, sources = pool.rewards_and_sources()
             self.tracker.update(rewards, sources)
-            capability, omega = self.tracker.capability, self.tracker.omega_matrix()
+            capability_N, omega_NN = self.tracker.capability, self.tracker.omega_matrix()
         cross_lower0 = [phases.cross_lower0(i) for i in range(n)]
         with timed(timings, "update"):
-            results = self.backend.call("update", [phases.update_args(pool, omega, capability, cross_lower0[i])
+            results = self.backend.call("update", [phases.update_args(pool, omega_NN, capability_N, cross_lower0[i])
                                                    for i in range(n)])
         for i, loss_metrics in enumerate(results):
             metrics.update(phases.update_metrics(i, loss_metrics, cross_lower0[i], timings))
@@ -250,7 +250,7 @@ class Trainer:
             busy = sum(timings[f"timing/{phase}/{a}"] for a in self.agent_ids)
             timings[f"timing/{phase}_overlap"] = busy / max(timings[f"timing/{phase}"], 1e-9)
         self.step_idx += 1
-        metrics.update(pool_metrics(pool, self.agent_ids, capability, omega))
+        metrics.update(pool_metrics(pool, self.agent_ids, capability_N, omega_NN))
         metrics.update(timings)
         self._write_samples(pool)
         return metrics
