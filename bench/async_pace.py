@@ -165,7 +165,6 @@ def run_lockstep(cfg: Any, run_dir: Path) -> dict[str, Any]:
 def run_async(cfg: Any, run_dir: Path, wall_budget: float) -> dict[str, Any]:
     """Trained until the training clock reaches ``wall_budget`` (every agent evaluated at that cut) and until
     every agent has made ``trainer.steps`` updates (each evaluated when it gets there)."""
-    from hacrl.trainer.async_loop import AsyncLoop
     from hacrl.trainer.trainer import Trainer
 
     n_steps = cfg.trainer.steps
@@ -173,10 +172,10 @@ def run_async(cfg: Any, run_dir: Path, wall_budget: float) -> dict[str, Any]:
     t = Trainer(cfg, run_dir, sinks=False)
     out: dict[str, Any] = {"agents": {a: {} for a in t.agent_ids}, "updates": []}
     try:
-        loop, clock = AsyncLoop(t), Clock(len(t.agent_ids))
+        loop, clock = t.async_loop(), Clock(len(t.agent_ids))
         loop.started = time.perf_counter()
 
-        def on_update(k: int, line: dict[str, float]) -> None:
+        def on_update(_step: int, k: int, line: dict[str, float]) -> None:
             a = t.agent_ids[k]
             out["updates"].append({"agent": a, "clock": clock(), "version": loop.versions[k], **{
                 key: v for key, v in line.items() if key.startswith((f"agent/{a}/async/", f"agent/{a}/staleness/"))
@@ -185,11 +184,12 @@ def run_async(cfg: Any, run_dir: Path, wall_budget: float) -> dict[str, Any]:
                 out["agents"][a].update(at_steps=evaluate(t, k, clock), clock_at_steps=clock())
 
         loop.run_until(lambda: clock() >= wall_budget, on_update)
-        out["wall_s"], out["busy_s"] = clock(), dict(zip(t.agent_ids, loop.busy, strict=True))
+        busy = [a.busy for a in loop.agents]
+        out["wall_s"], out["busy_s"] = clock(), dict(zip(t.agent_ids, busy, strict=True))
         walls = [clock.agent_wall(k) for k in range(len(t.agent_ids))]
         out["eval_pauses_s"] = list(clock.own)  # mid-run evaluations before the cut (equal steps)
         for k, a in enumerate(t.agent_ids):
-            out["agents"][a].update(idle=1 - loop.busy[k] / walls[k], wall_s=walls[k],
+            out["agents"][a].update(idle=1 - busy[k] / walls[k], wall_s=walls[k],
                                     updates_at_wall=loop.versions[k], at_wall=evaluate(t, k, clock))
         if min(loop.versions) < n_steps:  # the slow agent goes on to trainer.steps
             loop.resume_calls()

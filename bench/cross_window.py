@@ -46,8 +46,8 @@ def measure(preset: str, overrides: list[str], steps: int, threads: int) -> dict
         try:
             agents = trainer.agents
             for _ in range(steps):
-                problems = trainer._next_problems()
-                pool, _ = trainer._score(problems, trainer._rollout(problems))
+                problems = trainer.data.take(cfg.trainer.batch_size)
+                pool, _ = trainer.phases.score(problems, trainer._rollout(problems)[0], step=trainer.step_idx + 1)
                 for t in pool.trajectories:
                     if t.reward is not None:
                         correct.setdefault(agents[t.source].id, []).append(float(t.reward))

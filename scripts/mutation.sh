@@ -13,16 +13,21 @@ cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 "$VENV/bin/python" -m pip install -q "mutmut==3.8.1"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-# hacrl.trainer.trainer is mutated (mutmut writes its mutants) but run below, not by mutmut's selection
+# hacrl.trainer.trainer and .phases are mutated (mutmut writes their mutants) but run below, not by mutmut's selection
 if [ "$#" -eq 0 ]; then set -- 'hacrl.core.*' 'hacrl.learner.*'; RUN_PHASES=1; else RUN_PHASES=0; fi
 "$VENV/bin/mutmut" run --max-children "${MUTMUT_CHILDREN:-2}" "$@"
 # the trainer's phase code: its tests (tests/trainer) lie outside mutmut's selection, so its mutants run against
 # them here, forked from one warm process as mutmut runs its own (scripts/mutation_recheck.py)
 if [ "$RUN_PHASES" -eq 1 ]; then
-  PHASES=(step train _score _pool_metrics _write_samples _rollout _rollout_done _update_done _observe_window
-          _next_problems _sampling_params _update_args _needs_recompute)
-  PATTERNS=('hacrl.trainer.trainer.x_rescue_share__*' 'hacrl.trainer.trainer.x_sub_phase_timings__*')
-  for f in "${PHASES[@]}"; do PATTERNS+=("hacrl.trainer.trainer.xǁTrainerǁ${f}__*"); done
+  LOOP=(step train _train_lockstep _write_samples _rollout checkpoint_state)
+  PHASES=(score update_args update_metrics cross_lower0 _observe_window build)
+  PATTERNS=()
+  for f in rescue_share sub_phase_timings pool_metrics rollout_metrics; do
+    PATTERNS+=("hacrl.trainer.phases.x_${f}__*")
+  done
+  for f in "${LOOP[@]}"; do PATTERNS+=("hacrl.trainer.trainer.xǁTrainerǁ${f}__*"); done
+  for f in "${PHASES[@]}"; do PATTERNS+=("hacrl.trainer.phases.xǁPhasesǁ${f}__*"); done
+  PATTERNS+=('hacrl.trainer.phases.xǁDataStreamǁ*')
   "$VENV/bin/python" scripts/mutation_recheck.py --record-survivors "${PATTERNS[@]}" -- tests/trainer
   # the sharding code runs in forked gloo ranks, which mutmut's trace of the test process does not see: its
   # mutants run against tests/learner/test_sharding.py whole (every rank inherits the mutant)

@@ -12,7 +12,7 @@ whose tests lie outside mutmut's selection (the trainer's phases), the files giv
 result is written at once, under a lock; do not run this while ``mutmut run`` runs (both write the results).
 
     python scripts/mutation_recheck.py 'hacrl.core.losses.x_hacpo_loss*' -- tests/core/test_loss_edges.py
-    python scripts/mutation_recheck.py --record-survivors 'hacrl.trainer.trainer.x_rescue_share*' -- tests/trainer
+    python scripts/mutation_recheck.py --record-survivors 'hacrl.trainer.phases.x_rescue_share*' -- tests/trainer
 """
 
 from __future__ import annotations

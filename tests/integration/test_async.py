@@ -148,6 +148,24 @@ def test_a_run_stopped_with_answers_in_flight_resumes_without_losing_them(tmp_pa
     assert steps == sorted(steps) and len(set(steps)) == len(steps) - 2  # step 0 and the last eval share a step
 
 
+def test_the_cli_resumes_an_async_run_whose_step_count_passed_trainer_steps_before_its_slowest_agent(tmp_path,
+                                                                                                      speeds, capsys):
+    # the step counts every agent's updates: a fast agent takes it past trainer.steps while the slow one is short
+    speeds([1.0, 3.0])
+    run = tmp_path / "run"
+    sets = [*COMMON, "trainer.mode=async", "trainer.batch_size=2", "trainer.steps=1"]
+    args = ["train", "--preset", "tiny-test", "-q", "--output", str(run)]
+    assert main([*args, *(x for s in sets for x in ("--set", s))]) == 0
+    manifest = json.loads((ckpt.latest_checkpoint(run / "checkpoints") / "manifest.json").read_text())
+    assert manifest["step"] >= 3 and min(manifest["versions"]) == 1
+    assert main([*args, "--resume", *(x for s in [*sets, "trainer.steps=3"] for x in ("--set", s))]) == 0
+    assert "already finished" not in capsys.readouterr().out
+    assert {a: max(v for b, v, _ in update_lines(run) if b == a) for a in IDS}["llama-bpe"] == 3
+    # and one whose slowest agent got there is finished
+    assert main([*args, "--resume", *(x for s in [*sets, "trainer.steps=3"] for x in ("--set", s))]) == 0
+    assert "already finished" in capsys.readouterr().out
+
+
 def test_the_cli_trains_in_async_mode(tmp_path):
     out = tmp_path / "cli"
     sets = [*COMMON, "trainer.steps=1", "trainer.mode=async"]

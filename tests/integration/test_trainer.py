@@ -59,8 +59,8 @@ def test_hacpo_steps_update_every_agent(tmp_path, agents):
 
 def test_pool_groups_hold_every_agents_answers_and_text_survives_retokenization(tmp_path):
     trainer = make_trainer(tmp_path, *THREE)
-    problems = trainer._next_problems()
-    pool, _ = trainer._score(problems, trainer._rollout(problems))
+    problems = trainer.data.take(trainer.cfg.trainer.batch_size)
+    pool, _ = trainer.phases.score(problems, trainer._rollout(problems)[0], step=1)
     g = trainer.cfg.rollout.rollouts_per_prompt
     groups = pool.by_group()
     assert sorted(groups) == list(range(len(problems)))

@@ -1,14 +1,17 @@
-"""The trainer's phases on hand-built inputs, without a model: what a step's metrics say about its pool, how
-the scorer's rewards come back into the pool, how each agent's update metrics and cross ratios reach that
-agent's keys and adaptive window, the data order, and the loop's cadence of evaluations and checkpoints.
+"""The trainer's phases (``hacrl.trainer.phases``) on hand-built inputs, without a model: what a step's metrics
+say about its pool, how the scorer's rewards come back into the pool, how each agent's update metrics and cross
+ratios reach that agent's keys and adaptive window, the data order, and the loop's cadence of evaluations and
+checkpoints.
 
-The models of a real tiny trainer are swapped for a scripted backend (``Scripted``), so each value here is
-computed by hand; mutation testing (docs/mutation.md) runs these tests against the trainer's phase code.
+The pure phases take a literal pool; elsewhere the models of a real tiny trainer are swapped for a scripted
+backend (``Scripted``), so each value here is computed by hand; mutation testing (docs/mutation.md) runs these
+tests against the trainer's phase code.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import json
 import logging
 import math
@@ -26,12 +29,21 @@ from hacrl.errors import InputError
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rollout import SamplingParams
-from hacrl.trainer.trainer import Trainer, sub_phase_timings
+from hacrl.trainer.phases import (
+    DataStream,
+    Phases,
+    pool_metrics,
+    rescue_share,
+    rollout_metrics,
+    sub_phase_timings,
+)
+from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory
 
 THREE = ("agents=[{id: a, model: 'builtin:qwen2-char-small', lr: 3.0e-4}, "
          "{id: b, model: 'builtin:qwen2-char', lr: 3.0e-4}, {id: c, model: 'builtin:llama-bpe', lr: 3.0e-4}]")
 REWARD = {"right": 1.0, "half": 0.5, "wrong": 0.0, "?": None}  # the scripted scorer's rewards by answer text
+IDS = ["a", "b", "c"]
 
 
 def answer(group: int, source: int, text: str = "wrong", *, finished: bool = True, tokens: int = 1,
@@ -83,15 +95,20 @@ def trainer(tmp_path, monkeypatch):
     t = Trainer(cfg, tmp_path, sinks=False)
     t.backend.close()
     t.backend = Scripted([[], [], []], [{"busy_s": 0.0}] * 3, [{"busy_s": 0.0}] * 3)
-    monkeypatch.setattr(t, "score", scripted_score)
+    t.phases.score_texts = scripted_score
     yield t
     t.close()
 
 
+def phases(score=scripted_score) -> Phases:
+    """The phases of three agents a, b, c without a trainer or a window."""
+    return Phases(IDS, SamplingParams(n=2), recompute=False, minibatch_size=4, rows_per_prompt=2, score_texts=score,
+                  window=None)
+
+
 # ---- what a step's metrics say about its pool --------------------------------------------------------------
 
-@pytest.mark.model
-def test_pool_metrics_hand_computed(trainer):
+def test_pool_metrics_hand_computed():
     # a: prompt 0 right (3 tokens), wrong unfinished (4); prompt 1 half (2), unscorable (5)
     # b: prompt 1 right (2)    c: prompt 0 right (2), prompt 1 unscorable unfinished (4)
     pool = TrajectoryPool(problems(2), [
@@ -101,7 +118,7 @@ def test_pool_metrics_hand_computed(trainer):
         answer(0, 2, reward=1.0, tokens=2), answer(1, 2, reward=None, tokens=4, finished=False)])
     capability = torch.tensor([0.1, 0.2, 0.3])
     omega = torch.tensor([[1.0, 2.0, 3.0], [4.0, 1.0, 5.0], [6.0, 7.0, 1.0]])  # ω[learner, source]
-    got = trainer._pool_metrics(pool, capability, omega)
+    got = pool_metrics(pool, IDS, capability, omega)
     want = {
         "pool/size": 7,
         # the mean over scored answers (0.5 counts half a reward, not an accuracy); tokens and finished over all
@@ -122,24 +139,40 @@ def test_pool_metrics_hand_computed(trainer):
     assert list(got) == list(want)[:1] + [k for k in got if k != "pool/size"]  # and no other keys
 
 
-@pytest.mark.model
-def test_a_one_prompt_pool_rescues_all_or_nothing(trainer):
+def test_a_one_prompt_pool_rescues_all_or_nothing():
     pool = TrajectoryPool(problems(1), [answer(0, 0, reward=0.0), answer(0, 1, reward=1.0), answer(0, 2, reward=None)])
-    got = trainer._pool_metrics(pool, torch.zeros(3), torch.ones(3, 3))
+    got = pool_metrics(pool, IDS, torch.zeros(3), torch.ones(3, 3))
     assert (got["agent/a/rescue/b"], got["agent/b/rescue/a"], got["agent/c/rescue/b"]) == (1.0, 0.0, 1.0)
 
 
-@pytest.mark.model
-def test_an_agent_without_answers_reads_zero_not_nan(trainer):
+def test_an_agent_without_answers_reads_zero_not_nan():
     pool = TrajectoryPool(problems(1), [answer(0, 0, reward=1.0)])
-    got = trainer._pool_metrics(pool, torch.zeros(3), torch.ones(3, 3))
+    got = pool_metrics(pool, IDS, torch.zeros(3), torch.ones(3, 3))
     assert [got[f"agent/b/{k}"] for k in ("reward", "accuracy", "answer_tokens", "finished_frac")] == [0, 0, 0, 0]
+
+
+def test_rescue_share_counts_prompts_the_source_solved_and_the_learner_did_not():
+    # prompt 0: a right, b wrong      -> b rescued by a
+    # prompt 1: a half (not solved), b right, b wrong -> a rescued by b
+    # prompt 2: a right, b right      -> neither
+    # prompt 3: a unscorable, c right (b no answer) -> a and b rescued by c
+    pool = TrajectoryPool(problems(4), [
+        answer(0, 0, reward=1.0), answer(0, 1, reward=0.0),
+        answer(1, 0, reward=0.5), answer(1, 1, reward=1.0), answer(1, 1, reward=0.0),
+        answer(2, 0, reward=1.0), answer(2, 1, reward=1.0),
+        answer(3, 0, reward=None), answer(3, 2, reward=1.0)])
+    assert rescue_share(pool, learner=1, source=0) == 1 / 4  # prompt 0
+    assert rescue_share(pool, learner=0, source=1) == 1 / 4  # prompt 1
+    assert rescue_share(pool, learner=0, source=2) == 1 / 4  # prompt 3
+    assert rescue_share(pool, learner=1, source=2) == 1 / 4  # prompt 3
+    assert rescue_share(pool, learner=2, source=0) == 2 / 4  # prompts 0 and 2: c answered only prompt 3
+    assert rescue_share(pool, learner=2, source=1) == 2 / 4  # prompts 1 and 2
+    assert rescue_share(TrajectoryPool([], []), learner=0, source=1) == 0.0  # an empty pool: 0, not a division
 
 
 # ---- rewards back into the pool ------------------------------------------------------------------------------
 
-@pytest.mark.model
-def test_score_puts_each_reward_on_its_answer_and_counts_the_unscorable_per_agent(trainer, caplog):
+def test_score_puts_each_reward_on_its_answer_and_counts_the_unscorable_per_agent(caplog):
     ps = problems(2)
     answers = [answer(0, 0, "right"), answer(1, 0, "?"), answer(0, 1, "wrong"), answer(1, 1, "half"),
                answer(0, 2, "?"), answer(1, 2, "?")]
@@ -149,9 +182,8 @@ def test_score_puts_each_reward_on_its_answer_and_counts_the_unscorable_per_agen
         seen.append((texts, [p.id for p in probs]))
         return scripted_score(texts, probs)
 
-    trainer.score = score
-    with caplog.at_level(logging.WARNING, logger="hacrl.trainer.trainer"):
-        pool, stats = trainer._score(ps, answers)
+    with caplog.at_level(logging.WARNING, logger="hacrl.trainer.phases"):
+        pool, stats = phases(score).score(ps, answers, step=1)
     # the scorer saw each answer with its own prompt's problem
     assert seen == [(["right", "?", "wrong", "half", "?", "?"], ["p0", "p1", "p0", "p1", "p0", "p1"])]
     assert [t.reward for t in pool.trajectories] == [1.0, None, 0.0, 0.5, None, None]
@@ -163,60 +195,49 @@ def test_score_puts_each_reward_on_its_answer_and_counts_the_unscorable_per_agen
     assert caplog.messages == ["step 1: 3 answer(s) unscorable (none): answer 1: returned None"]
 
 
-@pytest.mark.model
-def test_a_timed_out_reward_is_logged_as_timed_out(trainer, caplog):
+def test_a_timed_out_reward_is_logged_as_timed_out(caplog):
     def score(texts, _probs):
         result = ScoreResult([1.0, None])
         result.ok, result.timeout, result.first_message = 1, 1, {"timeout": "answer 1: took longer than 5 s"}
         return result
 
-    trainer.score = score
-    trainer.step_idx = 6
-    with caplog.at_level(logging.WARNING, logger="hacrl.trainer.trainer"):
-        trainer._score(problems(1), [answer(0, 0, "right"), answer(0, 1, "?")])
+    with caplog.at_level(logging.WARNING, logger="hacrl.trainer.phases"):
+        phases(score).score(problems(1), [answer(0, 0, "right"), answer(0, 1, "?")], step=7)
     assert caplog.messages == ["step 7: 1 answer(s) timed out: answer 1: took longer than 5 s"]
 
 
-@pytest.mark.model
-def test_a_step_with_no_scorable_answer_is_one_clear_error(trainer):
+def test_a_step_with_no_scorable_answer_is_one_clear_error():
     def score(texts, _probs):
         result = ScoreResult([None] * 3)
         result.none, result.timeout = 2, 1
         result.first_message = {"none": "answer 0: returned None", "timeout": "answer 2: took longer than 5 s"}
         return result
 
-    trainer.score = score
-    trainer.step_idx = 2
     with pytest.raises(InputError) as err:
-        trainer._score(problems(1), [answer(0, 0), answer(0, 1), answer(0, 2)])
+        phases(score).score(problems(1), [answer(0, 0), answer(0, 1), answer(0, 2)], step=3)
     assert str(err.value) == ("task.reward: no answer of step 3 could be scored (2 none: answer 0: returned None; "
                               "1 timeout: answer 2: took longer than 5 s); fix the reward function or raise "
                               "task.reward_timeout_s")
 
 
-@pytest.mark.model
-def test_a_kind_counted_without_a_message_reads_empty(trainer):
+def test_a_kind_counted_without_a_message_reads_empty():
     def score(texts, _probs):
         result = ScoreResult([None])
         result.error = 1  # a scorer that counted the failure but kept no message for it
         return result
 
-    trainer.score = score
     with pytest.raises(InputError, match=r"could be scored \(1 error: \); fix"):
-        trainer._score(problems(1), [answer(0, 0)])
+        phases(score).score(problems(1), [answer(0, 0)], step=1)
 
 
-@pytest.mark.model
-def test_a_scorer_returning_fewer_rewards_than_answers_is_an_error(trainer):
-    trainer.score = lambda texts, probs: scripted_score(texts[:-1], probs[:-1])
+def test_a_scorer_returning_fewer_rewards_than_answers_is_an_error():
+    short = phases(lambda texts, probs: scripted_score(texts[:-1], probs[:-1]))
     with pytest.raises(ValueError, match="zip"):
-        trainer._score(problems(1), [answer(0, 0, "right"), answer(0, 1, "right")])
+        short.score(problems(1), [answer(0, 0, "right"), answer(0, 1, "right")], step=1)
 
 
-@pytest.mark.model
-def test_a_step_without_answers_is_not_an_error(trainer):
-    trainer.score = lambda texts, probs: ScoreResult([])
-    pool, stats = trainer._score(problems(1), [])
+def test_a_step_without_answers_is_not_an_error():
+    pool, stats = phases(lambda texts, probs: ScoreResult([])).score(problems(1), [], step=1)
     assert len(pool) == 0 and stats["reward/ok"] == 0 and stats["agent/a/unscorable"] == 0
 
 
@@ -224,12 +245,12 @@ def test_a_step_without_answers_is_not_an_error(trainer):
 
 @pytest.mark.model
 def test_update_done_routes_metrics_timings_and_cross_ratios_to_the_learner(trainer):
-    window = trainer.window
+    window = trainer.phases.window
     ceiling = window.ceiling
     timings: dict[str, float] = {}
     metrics = {"busy_s": 2.5, "busy_forward_s": 1.0, "busy_backward_s": 0.5, "pg_loss": 0.3,
                "cross_ratios": {0: [0.3, 0.6, 0.9, 1.1], 2: []}}
-    out = trainer._update_done(1, metrics, [0.7, 0.8, 0.6], timings)
+    out = trainer.phases.update_metrics(1, metrics, [0.7, 0.8, 0.6], timings)
     # the bound b used for each source's answers; b's own entry (0.8) is not a cross bound
     assert out == {"agent/b/window_lower/a": 0.7, "agent/b/window_lower/c": 0.6, "agent/b/pg_loss": 0.3}
     assert timings == {"timing/update/b": 2.5, "timing/forward/b": 1.0, "timing/backward/b": 0.5}
@@ -242,16 +263,14 @@ def test_update_done_routes_metrics_timings_and_cross_ratios_to_the_learner(trai
     assert window.bounds(1) == [want, ceiling, ceiling]
     assert window.bounds(0) == window.bounds(2) == [ceiling] * 3
     # a source missing from the ratios (none of its answers reached this learner) leaves its bound alone
-    out = trainer._update_done(2, {"busy_s": 1.0, "cross_ratios": {1: [0.3]}}, [0.8, 0.8, 0.8], timings)
+    out = trainer.phases.update_metrics(2, {"busy_s": 1.0, "cross_ratios": {1: [0.3]}}, [0.8, 0.8, 0.8], timings)
     assert out == {"agent/c/window_lower/a": 0.8, "agent/c/window_lower/b": 0.8}
     assert window.bounds(2) == [ceiling, 0.3, ceiling]
 
 
-@pytest.mark.model
-def test_update_done_without_an_adaptive_window_keeps_every_metric(trainer):
-    trainer.window = None
+def test_update_done_without_an_adaptive_window_keeps_every_metric():
     timings: dict[str, float] = {}
-    out = trainer._update_done(2, {"busy_s": 1.0, "kl": 0.25, "count/cross": 8}, None, timings)
+    out = phases().update_metrics(2, {"busy_s": 1.0, "kl": 0.25, "count/cross": 8}, None, timings)
     assert out == {"agent/c/kl": 0.25, "agent/c/count/cross": 8}
     assert timings == {"timing/update/c": 1.0}
 
@@ -263,13 +282,12 @@ def test_a_backend_returning_fewer_agents_than_it_has_is_an_error(trainer):
         trainer._rollout(problems(4))
 
 
-@pytest.mark.model
 def test_rollout_done_names_the_agent_and_splits_its_timings():
     timings: dict[str, float] = {"timing/rollout": 4.0}
-    got = Trainer._rollout_done("b", {"busy_s": 3.0, "busy_recompute_s": 1.0, "tokens": 12.0}, timings)
+    got = rollout_metrics("b", {"busy_s": 3.0, "busy_recompute_s": 1.0, "tokens": 12.0}, timings)
     assert got == {"agent/b/rollout/tokens": 12.0}
     assert timings == {"timing/rollout": 4.0, "timing/rollout/b": 3.0, "timing/recompute/b": 1.0}
-    assert Trainer._rollout_done("a", {"busy_s": 3.0, "gap": 0.5}, None) == {"agent/a/rollout/gap": 0.5}
+    assert rollout_metrics("a", {"busy_s": 3.0, "gap": 0.5}, None) == {"agent/a/rollout/gap": 0.5}
 
 
 def test_sub_phase_timings_take_only_busy_seconds():
@@ -281,16 +299,19 @@ def test_sub_phase_timings_take_only_busy_seconds():
 
 # ---- the data order ------------------------------------------------------------------------------------------
 
-@pytest.mark.model
-def test_next_problems_takes_a_batch_in_order_and_stops_short_with_a_clear_error(trainer):
-    b = trainer.cfg.trainer.batch_size
-    ps = problems(2 * b + 1)
-    trainer._train_iter, trainer.data_pos = iter(ps), 5
-    assert trainer._next_problems() == ps[:b]
-    assert trainer._next_problems() == ps[b:2 * b]
-    assert trainer.data_pos == 5 + 2 * b  # counted for resume
+def test_the_data_stream_takes_batches_in_order_from_its_position_and_stops_short_with_a_clear_error():
+    b, skipped = 4, problems(5)
+    ps = [Problem(f"q{i}", "", "") for i in range(2 * b + 1)]
+    data = DataStream("add2", iter(skipped + ps), start=5)  # a resumed run: the first 5 were taken before
+    assert data.take(b) == ps[:b]
+    assert data.next_problem() == (5 + b, ps[b])  # one at a time (the asynchronous mode): its position too
+    assert data.take(b - 1) == ps[b + 1:2 * b]
+    assert data.position == 5 + 2 * b  # counted for resume
     with pytest.raises(RuntimeError, match="task 'add2' ran out of training problems"):
-        trainer._next_problems()
+        data.take(b)
+    assert data.position == 5 + 2 * b  # a short batch is not counted
+    with pytest.raises(RuntimeError, match="ran out"):
+        DataStream("add2", []).next_problem()
 
 
 # ---- one whole step, scripted --------------------------------------------------------------------------------
@@ -308,9 +329,9 @@ def test_a_scripted_step(trainer):
                                [{"busy_s": 1.0, "pg_loss": 0.1, "cross_ratios": {1: [0.9], 2: [1.0]}},
                                 {"busy_s": 2.0, "pg_loss": 0.2, "cross_ratios": {0: [0.95], 2: [1.0]}},
                                 {"busy_s": 3.0, "pg_loss": 0.3, "cross_ratios": {0: [1.0], 1: [0.9]}}])
-    trainer.window.lower_NN[1, 2] = 0.55  # one learner's bound for one source, moved by an earlier step
+    trainer.phases.window.lower_NN[1, 2] = 0.55  # one learner's bound for one source, moved by an earlier step
     ps = problems(b)
-    trainer._train_iter, trainer.step_idx = iter(ps), 3  # a resumed run's fourth step
+    trainer.data, trainer.step_idx = DataStream("add2", iter(ps)), 3  # a resumed run's fourth step
     metrics = trainer.step()
     assert trainer.step_idx == 4
 
@@ -356,13 +377,13 @@ def test_a_step_with_the_fixed_window_passes_no_bounds(tmp_path, monkeypatch):
     cfg = load_config("tiny-test", overrides=[THREE])
     t = Trainer(cfg, tmp_path, sinks=False)
     try:
-        assert t.window is None
+        assert t.phases.window is None
         t.backend.close()
         b, g = cfg.trainer.batch_size, t.derived.group_size
         t.backend = Scripted([[answer(p, i, "right") for p in range(b) for _ in range(g)] for i in range(3)],
                              [{"busy_s": 0.0}] * 3, [{"busy_s": 0.0, "pg_loss": 0.5}] * 3)
-        monkeypatch.setattr(t, "score", scripted_score)
-        t._train_iter = iter(problems(b))
+        t.phases.score_texts = scripted_score
+        t.data = DataStream("add2", problems(b))
         metrics = t.step()
         (_, _, _), (_, u_args, _) = t.backend.calls
         assert [args[-1] for args in u_args] == [None, None, None]  # 1 − δ, in the loss settings
@@ -454,7 +475,7 @@ def test_a_resumed_loop_skips_the_start_evaluation_and_a_stop_request_ends_it_wi
         trainer.step_idx += 1
         events.append(("step", trainer.step_idx))
         if trainer.step_idx == 6:
-            trainer._stop_requested = True  # as SIGTERM's handler does
+            trainer.stop.requested = True  # as SIGTERM's handler does
         return {}
 
     monkeypatch.setattr(trainer, "step", step)
@@ -469,15 +490,20 @@ def test_a_resumed_loop_skips_the_start_evaluation_and_a_stop_request_ends_it_wi
 
 
 @pytest.mark.model
-def test_the_asynchronous_mode_runs_its_own_loop(trainer, monkeypatch):
-    from hacrl.trainer import async_loop
-
+def test_the_asynchronous_mode_runs_its_own_loop_in_the_same_scaffold(trainer, monkeypatch):
     calls = []
-    monkeypatch.setattr(async_loop, "train_async", lambda t, progress: calls.append((t, progress)) or {"async": 1})
+    monkeypatch.setattr(trainer, "async_loop", lambda: "loop")
+    monkeypatch.setattr(trainer, "_train_async",
+                        lambda loop, progress: calls.append((loop, progress)) or ({"eval/a/greedy_acc": 1.0}, "ckpt"))
+    monkeypatch.setattr(trainer, "evaluate_start", lambda: {"eval/a/greedy_acc": 0.0})
+    monkeypatch.setattr(trainer, "eval_record", lambda s: {"first": s})
+    trainer.sink = sink = Recorder()
     set_trainer(trainer, mode="async")
     progress = print
-    assert trainer.train(progress) == {"async": 1}
-    assert calls == [(trainer, progress)]
+    assert trainer.train(progress) == {"first": {"first": 0}, "last": {"eval/a/greedy_acc": 1.0},
+                                       "checkpoint": "ckpt", "stopped": False}
+    assert calls == [("loop", progress)]
+    assert sink.lines == [(0, {"eval/a/greedy_acc": 0.0})] and (trainer.run_dir / "config.yaml").exists()
 
 
 # ---- samples and signals -------------------------------------------------------------------------------------
@@ -510,7 +536,7 @@ def test_the_loop_takes_sigterm_while_it_runs_and_gives_it_back(trainer, monkeyp
     monkeypatch.setattr(trainer, "evaluate", lambda **kw: {})
     monkeypatch.setattr(trainer, "save_checkpoint", lambda: None)
     trainer.train()
-    assert seen == [trainer._request_stop]  # SIGTERM: finish the step, checkpoint, stop
+    assert seen == [trainer.stop.request]  # SIGTERM: finish the step, checkpoint, stop
     assert signal.getsignal(signal.SIGTERM) == before
 
 
@@ -527,3 +553,125 @@ def test_the_loop_runs_off_the_main_thread_without_signal_handlers(trainer, monk
     thread.start()
     thread.join(60)
     assert out and out[0]["stopped"] is False and trainer.step_idx == 1
+
+
+# ---- checkpoint state, one function for both loops -------------------------------------------------------------
+
+class StubLoop:
+    """What ``checkpoint_state`` reads of the asynchronous loop."""
+
+    def state_dict(self) -> dict:
+        return {"versions": [2, 1]}
+
+    def manifest(self) -> dict:
+        return {"mode": "async", "versions": [2, 1]}
+
+
+@pytest.mark.model
+def test_checkpoint_state_is_the_lock_step_one_plus_the_async_loops(trainer):
+    trainer.step_idx = 3
+    trainer.data.take(2)
+    state, manifest = trainer.checkpoint_state()
+    assert list(state) == ["step", "data_pos", "tracker", "rng", "window"]
+    assert (state["step"], state["data_pos"]) == (3, 2)
+    assert state["window"].keys() == trainer.phases.window.state_dict().keys()
+    agents = [{"id": a, "model": m} for a, m in zip(IDS, ("builtin:qwen2-char-small", "builtin:qwen2-char",
+                                                          "builtin:llama-bpe"), strict=True)]
+    assert manifest == {"agents": agents, "algorithm": "hacpo"}
+    state, manifest = trainer.checkpoint_state(StubLoop())  # type: ignore[arg-type]
+    assert list(state) == ["step", "data_pos", "tracker", "rng", "async", "window"]
+    assert state["async"] == {"versions": [2, 1]}
+    assert manifest == {"agents": agents, "algorithm": "hacpo", "mode": "async", "versions": [2, 1]}
+
+
+@pytest.mark.model
+def test_the_async_loops_agent_states_go_through_a_checkpoint(trainer):
+    from hacrl.trainer.async_loop import AgentState, AsyncLoop, Round
+
+    loop = AsyncLoop(trainer.cfg, trainer.phases, None, trainer.data, step=7)
+    loop.agents[0] = AgentState(version=4, tag=5, own_keys={11: (4, 0), 12: (4, 1)}, busy=2.0, idle=1.0, updates=3)
+    loop.agents[2] = AgentState(version=3, tag=3)
+    ps = problems(2)
+    loop.problems, loop.handed = {8: ps[0], 9: ps[1]}, {8: {0, 2}, 9: {0}}
+    loop.held[2] = Round(3, [8, 9], ps, 3, metrics={"agent/c/unscorable": 1.0})
+    state = loop.state_dict()
+    assert (state["versions"], state["tags"]) == ([4, 0, 3], [5, 0, 3])
+    assert state["own_keys"] == [{11: (4, 0), 12: (4, 1)}, {}, {}]
+    again = AsyncLoop(trainer.cfg, trainer.phases, None, trainer.data)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)  # as the checkpoint writes it
+    buffer.seek(0)
+    again.load_state_dict(torch.load(buffer, weights_only=False))
+    assert again.versions == [4, 0, 3] and [a.tag for a in again.agents] == [5, 0, 3]
+    assert again.agents[0].own_keys == {11: (4, 0), 12: (4, 1)}
+    assert (again.agents[0].busy, again.agents[0].updates) == (0.0, 0)  # this process's counts start afresh
+    assert again.handed == loop.handed and again.problems == loop.problems
+    assert again.held[2].prompts == [8, 9] and again.held[2].problems == ps and again.held[2].version == 3
+    assert again.manifest() == {"mode": "async", "versions": [4, 0, 3]}
+
+
+# ---- the asynchronous loop's cadence (a scripted loop: agent a makes two updates to b's and c's one) -------------
+
+class PacedLoop:
+    """What ``Trainer._train_async`` drives: updates in the order a, a, b, c, a, a, b, c, ... until ``stop()``."""
+
+    def __init__(self) -> None:
+        self.versions, self.step, self.resumed = [0, 0, 0], 0, 0
+        self.order = [0, 0, 1, 2]
+
+    def run_until(self, stop, on_update) -> None:
+        while not stop():
+            k = self.order[self.step % 4]
+            self.versions[k] += 1
+            self.step += 1
+            on_update(self.step, k, {"agent": float(k)})
+
+    def resume_calls(self) -> None:
+        self.resumed += 1
+
+
+@pytest.mark.model
+def test_the_async_loop_is_cut_for_evaluations_and_checkpoints_at_the_slowest_agents_versions(trainer, monkeypatch):
+    set_trainer(trainer, steps=4, eval_every=2, checkpoint_every=3)
+    events: list[tuple] = []
+    monkeypatch.setattr(trainer, "evaluate",
+                        lambda *, budget=False: events.append(("eval", trainer.step_idx, budget)) or {"e": 1.0})
+    monkeypatch.setattr(trainer, "save_checkpoint",
+                        lambda loop=None: events.append(("checkpoint", trainer.step_idx, list(loop.versions))) or "ck")
+    trainer.sink = sink = Recorder()
+    loop, progress = PacedLoop(), []
+    last, path = trainer._train_async(loop, lambda step, line: progress.append(step))  # type: ignore[arg-type]
+    # the slowest (c) reaches 2 at the run's 8th update, 3 at the 12th, 4 at the 16th
+    assert events == [("eval", 8, False), ("checkpoint", 12, [6, 3, 3]), ("eval", 16, True),
+                      ("checkpoint", 16, [8, 4, 4])]
+    assert (last, path, trainer.step_idx, loop.resumed) == ({"e": 1.0}, "ck", 16, 3)
+    assert progress == list(range(1, 17))  # every update line, none of the evaluations' lines
+    evaluations = [(s, m) for s, m in sink.lines if "e" in m]
+    assert [s for s, _ in evaluations] == [8, 16]
+    assert [evaluations[0][1][f"agent/{a}/version"] for a in IDS] == [4, 2, 2]
+    assert all(0 <= m["timing/eval"] < 60 for _, m in evaluations)
+    assert [s for s, m in sink.lines if "e" not in m] == list(range(1, 17))
+
+
+@pytest.mark.model
+def test_a_stop_request_ends_the_async_loop_at_the_next_cut_with_a_checkpoint(trainer, monkeypatch):
+    set_trainer(trainer, steps=10, eval_every=0, checkpoint_every=0)
+    events: list[tuple] = []
+    monkeypatch.setattr(trainer, "evaluate", lambda **kw: events.append(("eval",)) or {})
+    monkeypatch.setattr(trainer, "save_checkpoint", lambda loop=None: events.append(("checkpoint", trainer.step_idx)))
+    trainer.sink = Recorder()
+
+    def progress(step, _line):
+        if step == 4:
+            trainer.stop.requested = True  # as SIGTERM's handler does
+
+    last, _ = trainer._train_async(PacedLoop(), progress)  # type: ignore[arg-type]
+    assert events == [("checkpoint", 4)] and last is None
+
+
+@pytest.mark.model
+def test_a_stop_request_is_a_flag_while_the_handlers_are_installed(trainer):
+    before = signal.getsignal(signal.SIGTERM)
+    with trainer.stop.installed():
+        signal.raise_signal(signal.SIGTERM)
+    assert trainer.stop.requested and signal.getsignal(signal.SIGTERM) == before

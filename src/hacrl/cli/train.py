@@ -220,8 +220,11 @@ def _already_finished(args: argparse.Namespace, cfg: Config, run_dir: Path, chec
     from hacrl.run.checkpoint import read_manifest
     from hacrl.run.sinks import read_evals
 
-    step = read_manifest(checkpoint).get("step")
-    if not isinstance(step, int) or step < cfg.trainer.steps:
+    manifest = read_manifest(checkpoint)
+    step = manifest.get("step")
+    # the asynchronous mode's step counts every agent's updates; the run ends when the slowest has made trainer.steps
+    done = min(manifest.get("versions") or [0]) if manifest.get("mode") == "async" else step
+    if not isinstance(done, int) or done < cfg.trainer.steps:
         return False
     print(f"hacrl: {run_dir} already finished at step {step} (trainer.steps={cfg.trainer.steps}); nothing to train")
     evals = read_evals(run_dir)
@@ -229,7 +232,7 @@ def _already_finished(args: argparse.Namespace, cfg: Config, run_dir: Path, chec
         before, after = evals.get((0, agent_id)), evals.get((step, agent_id))
         if before is not None or after is not None:
             print(f"  {agent_id:<20} before {_acc(before)}  after {_acc(after)}")
-    print(f"hacrl: to train further: {_command(args, run_dir, '--resume', [f'trainer.steps={2 * step}'])}")
+    print(f"hacrl: to train further: {_command(args, run_dir, '--resume', [f'trainer.steps={2 * done}'])}")
     return True
 
 
@@ -292,7 +295,7 @@ class _Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=step, description=f"reward {rewards}")
         elif self.enabled:
-            from hacrl.trainer.trainer import phase_times
+            from hacrl.run.sinks import phase_times
 
             step_time = sum(phase_times(metrics).values())
             print(f"step {step}/{self.trainer.cfg.trainer.steps}  reward {rewards}  ({step_time:.1f}s)",

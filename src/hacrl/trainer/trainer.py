@@ -6,7 +6,9 @@ a checkpoint every C steps. Formulas live in ``hacrl.core``; the per-learner ari
 
 The trainer is the driver: it owns the data, the rewards, the pool, the capability tracker, the logs and
 the checkpoint files. Each agent's model and optimizer live in an ``AgentWorker`` (``worker``), in this
-process or in a Ray actor (``backends``); only texts and scalars pass between them.
+process or in a Ray actor (``backends``); only texts and scalars pass between them. The phases around the
+workers' calls are ``hacrl.trainer.phases``, shared with the asynchronous loop (``trainer.mode=async``,
+``hacrl.trainer.async_loop``, which the trainer drives); ``train`` is one scaffold for both loops.
 
 Run it with ``hacrl train`` (see ``hacrl.cli``) or ``Trainer(cfg, run_dir).train()``.
 """
@@ -14,13 +16,11 @@ Run it with ``hacrl train`` (see ``hacrl.cli``) or ``Trainer(cfg, run_dir).train
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import itertools
 import json
 import logging
 import random
 import signal
-import time
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,11 @@ from hacrl.agents.agent import Agent
 from hacrl.agents.gguf import check_finetune_overlap
 from hacrl.backends import AgentFailure, make_backend
 from hacrl.backends.resolve import resolve_model_path
-from hacrl.config import Config, ConfigError, derive, dump_config, recompute_old_logprobs, resume_conflict
+from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
 from hacrl.core import CapabilityTracker
 from hacrl.core.window import CrossWindow
 from hacrl.data.factory import build_task, task_scorer
-from hacrl.errors import InputError
-from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
+from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
@@ -46,45 +45,50 @@ from hacrl.rollout import SamplingParams
 from hacrl.run import checkpoint as ckpt
 from hacrl.run.files import append_lines, write_atomic
 from hacrl.run.provenance import record_provenance
-from hacrl.run.sinks import MultiSink, NullSink, eval_key, phase_times, read_evals
+from hacrl.run.sinks import MultiSink, NullSink, eval_key, read_evals
 from hacrl.run.trackers import make_sinks, resolve_loggers
+from hacrl.trainer.async_loop import AsyncLoop, next_multiple
 from hacrl.trainer.evaluation import load_benchmarks, score_answers
+from hacrl.trainer.phases import (
+    DataStream,
+    Phases,
+    make_window,
+    pool_metrics,
+    rescue_share,
+    rollout_metrics,
+    timed,
+)
 from hacrl.trainer.start_eval import Evaluation, start_cache
 from hacrl.types import Problem, Trajectory
 
-__all__ = ["AgentFailure", "Trainer", "phase_times", "resolve_model_path"]
+# rescue_share is hacrl.trainer.phases's, importable from here as before
+__all__ = ["AgentFailure", "Trainer", "rescue_share", "resolve_model_path"]
 
 logger = logging.getLogger(__name__)
 
-
-def sub_phase_timings(metrics: dict[str, float], agent_id: str) -> dict[str, float]:
-    """Pop a worker's ``busy_<phase>_s`` seconds (π_old recomputation; the update's forward, reference,
-    backward and optimizer) out of ``metrics`` as ``timing/<phase>/<agent>``.
-
-    >>> m = {"busy_forward_s": 1.5, "loss": 0.1}
-    >>> sub_phase_timings(m, "a"), m
-    ({'timing/forward/a': 1.5}, {'loss': 0.1})
-    """
-    keys = [k for k in metrics if k.startswith("busy_") and k.endswith("_s")]
-    return {f"timing/{k[5:-2]}/{agent_id}": float(metrics.pop(k)) for k in keys}
+Progress = Callable[[int, dict[str, float]], None]  # called with each metrics line's step and metrics
 
 
-@contextlib.contextmanager
-def timed(timings: dict[str, float], name: str) -> Iterator[None]:
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[f"timing/{name}"] = timings.get(f"timing/{name}", 0.0) + time.perf_counter() - start
+class StopRequests:
+    """SIGINT and SIGTERM while a loop runs: finish the current step (or cut), checkpoint, stop."""
 
+    def __init__(self) -> None:
+        self.requested = False
 
-def rescue_share(pool: TrajectoryPool, *, learner: int, source: int) -> float:
-    """Share of the step's prompts on which ``learner`` wrote no correct answer (reward >= 1) and ``source``
-    wrote at least one: the prompts where the source's answers can teach the learner something it lacks."""
-    solved = {(t.prompt_index, t.source) for t in pool.trajectories if t.reward is not None and t.reward >= 1.0}
-    groups = {t.prompt_index for t in pool.trajectories}
-    hits = sum((g, learner) not in solved and (g, source) in solved for g in groups)
-    return hits / max(len(groups), 1)
+    def request(self, signum: int, _frame: Any) -> None:
+        logger.warning("received %s: finishing the current step, then checkpointing", signal.Signals(signum).name)
+        self.requested = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """The handlers while the block runs (on the main thread only: elsewhere Python cannot install them)."""
+        handlers = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)} \
+            if threading.current_thread() is threading.main_thread() else {}
+        try:
+            yield
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
 
 
 class Trainer:
@@ -109,24 +113,23 @@ class Trainer:
             for reason, count in sorted(getattr(self.task, "skipped", {}).items()):
                 logger.warning("task %s: skipped %d items (%s)", self.task.name, count, reason)
         self.step_idx = 0
-        self.data_pos = 0
+        data_pos = 0
         manifest = ckpt.read_manifest(resume_from) if resume_from else None
         if manifest:
             self._check_resume(manifest)
         self._seed_everything(cfg.run.seed)
         self.agent_ids = [a.id for a in cfg.agents]
         self.tracker = CapabilityTracker(len(cfg.agents), window=cfg.algorithm.capability_window)
-        alg = cfg.algorithm
-        self.window = (CrossWindow(len(cfg.agents), delta=alg.delta, target=alg.window_target,
-                                   floor=alg.window_floor, smoothing=alg.window_smoothing)
-                       if adaptive_window(ALGORITHMS.get(alg.name), alg.cross_window) else None)
+        window = make_window(cfg)
+        self._async_state: dict[str, Any] | None = None  # the asynchronous loop's, from the checkpoint
         if resume_from:
-            self._restore(resume_from)
-        self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
+            data_pos = self._restore(resume_from, window)
+        self.data = DataStream(self.task.name, self.task.train_problems(cfg.run.seed), start=data_pos)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
         self.benchmarks = load_benchmarks(cfg)
         check_finetune_overlap(cfg.agents, self.eval_problems, *(ps for ps, _ in self.benchmarks.values()))
         self.scorer = task_scorer(self.task, cfg.task)
+        self.phases = Phases.build(cfg, self.derived, self.scorer.score_problems, window)
         try:
             self.backend = make_backend(cfg, resume_from=resume_from, step=self.step_idx)
         except BaseException:
@@ -143,8 +146,7 @@ class Trainer:
             self.backend.close()  # Ray actors must not outlive a trainer that never started
             self.scorer.close()
             raise
-        self._rollout_metrics: dict[str, float] = {}
-        self._stop_requested = False
+        self.stop = StopRequests()
         self._carried_timings: dict[str, float] = {}
 
     # ---- set-up ---------------------------------------------------------------------------------
@@ -173,15 +175,16 @@ class Trainer:
                 raise ConfigError(f"--resume: {self.run_dir} was trained with {conflict}; resume with the run's "
                                   f"settings, or start over with --overwrite")
 
-    def _restore(self, path: Path) -> None:
+    def _restore(self, path: Path, window: CrossWindow | None) -> int:
+        """The trainer state of the checkpoint at ``path`` (:meth:`checkpoint_state`); its data position."""
         state = ckpt.load_state(path)
         self.step_idx = state["step"]
-        self.data_pos = state["data_pos"]
         self.tracker.load_state_dict(state["tracker"])
         self._async_state = state.get("async")  # the asynchronous mode's loop (hacrl.trainer.async_loop)
-        if self.window is not None:
-            self.window.load_state_dict(state["window"])
+        if window is not None:
+            window.load_state_dict(state["window"])
         ckpt.set_rng_state(state["rng"])
+        return int(state["data_pos"])
 
     def _truncate_logs(self, step: int) -> None:
         """Drop log lines written after the checkpoint we resume from (a killed run may have gone further)."""
@@ -210,135 +213,49 @@ class Trainer:
         return make_sinks(self.logger_names, self.run_dir, self.cfg.model_dump(mode="json"), step=self.step_idx,
                           project=self.cfg.run.project)
 
-    # ---- phases ---------------------------------------------------------------------------------
-    def _next_problems(self) -> list[Problem]:
-        batch = list(itertools.islice(self._train_iter, self.cfg.trainer.batch_size))
-        if len(batch) < self.cfg.trainer.batch_size:
-            raise RuntimeError(f"task {self.task.name!r} ran out of training problems")
-        self.data_pos += len(batch)
-        return batch
-
-    def _sampling_params(self) -> SamplingParams:
-        r = self.cfg.rollout
-        return SamplingParams(n=self.derived.group_size, temperature=r.temperature, top_p=r.top_p,
-                              max_new_tokens=r.max_new_tokens)
-
-    def _rollout(self, problems: list[Problem], timings: dict[str, float] | None = None) -> list[Trajectory]:
-        """Every agent answers every prompt (concurrently on Ray); returns the answers, agent by agent, unscored."""
+    # ---- the step (its phases: hacrl.trainer.phases) ----------------------------------------------------
+    def _rollout(self, problems: list[Problem], timings: dict[str, float] | None = None
+                 ) -> tuple[list[Trajectory], dict[str, float]]:
+        """Every agent answers every prompt (concurrently on Ray): the answers, agent by agent, unscored; the
+        agents' rollout metrics."""
         prompts = [p.prompt for p in problems]
-        results = self.backend.call("rollout", [(prompts, self._sampling_params())] * len(self.agent_ids),
-                                    recompute=self._needs_recompute())
-        self._rollout_metrics = {}
+        results = self.backend.call("rollout", [(prompts, self.phases.sampling)] * len(self.agent_ids),
+                                    recompute=self.phases.recompute)
+        metrics: dict[str, float] = {}
         for agent_id, (_, m) in zip(self.agent_ids, results, strict=True):
-            self._rollout_metrics.update(self._rollout_done(agent_id, m, timings))
-        return [t for answers, _ in results for t in answers]
-
-    @staticmethod
-    def _rollout_done(agent_id: str, m: dict[str, float], timings: dict[str, float] | None) -> dict[str, float]:
-        """One agent's rollout metrics as ``agent/<id>/rollout/*``; its busy seconds and sub-phases into ``timings``."""
-        busy, sub = m.pop("busy_s"), sub_phase_timings(m, agent_id)
-        if timings is not None:
-            timings[f"timing/rollout/{agent_id}"] = busy
-            timings.update(sub)
-        return {f"agent/{agent_id}/rollout/{k}": v for k, v in m.items()}
-
-    def _needs_recompute(self) -> bool:
-        return recompute_old_logprobs(self.cfg)
-
-    def _score(self, problems: list[Problem], answers: list[Trajectory]) -> tuple[TrajectoryPool, dict]:
-        result = self.score([t.text for t in answers], [problems[t.prompt_index] for t in answers])
-        stats: dict[str, float] = {f"reward/{kind}": n for kind, n in result.counts().items()}
-        for kind, message in result.first_message.items():
-            logger.warning("step %d: %d answer(s) %s: %s", self.step_idx + 1, stats[f"reward/{kind}"],
-                           "timed out" if kind == "timeout" else f"unscorable ({kind})", message)
-        if answers and result.ok == 0:
-            reasons = "; ".join(f"{n} {kind}: {result.first_message.get(kind, '')}" for kind, n in
-                                result.counts().items() if n)  # no answer is ok here
-            raise InputError(f"task.reward: no answer of step {self.step_idx + 1} could be scored ({reasons}); "
-                             f"fix the reward function or raise task.reward_timeout_s")
-        # tokenizer-neutral: each worker keeps its own token ids and log-probs from rollout to update
-        trajectories = [dataclasses.replace(t, reward=reward)
-                        for t, reward in zip(answers, result.rewards, strict=True)]
-        for index, agent_id in enumerate(self.agent_ids):
-            stats[f"agent/{agent_id}/unscorable"] = sum(
-                t.reward is None for t in trajectories if t.source == index)
-        return TrajectoryPool(problems, trajectories), stats
+            metrics.update(rollout_metrics(agent_id, m, timings))
+        return [t for answers, _ in results for t in answers], metrics
 
     def step(self) -> dict[str, float]:
         """One training step; returns its metrics."""
         timings: dict[str, float] = {}
+        phases, n = self.phases, len(self.agent_ids)
         with timed(timings, "data"):
-            problems = self._next_problems()
+            problems = self.data.take(self.cfg.trainer.batch_size)
         with timed(timings, "rollout"):
-            answers = self._rollout(problems, timings)
+            answers, rollout = self._rollout(problems, timings)
         with timed(timings, "reward"):
-            pool, metrics = self._score(problems, answers)
-        metrics.update(self._rollout_metrics)
+            pool, metrics = phases.score(problems, answers, step=self.step_idx + 1)
+        metrics.update(rollout)
         with timed(timings, "capability"):
             rewards, sources = pool.rewards_and_sources()
             self.tracker.update(rewards, sources)
-            capability, omega = self.tracker.capability, self.tracker.omega_matrix()
-        n = len(self.agent_ids)
-        bounds = [self.window.bounds(i) if self.window is not None else None for i in range(n)]
+            capability_N, omega_NN = self.tracker.capability, self.tracker.omega_matrix()
+        cross_lower0 = [phases.cross_lower0(i) for i in range(n)]
         with timed(timings, "update"):
-            results = self.backend.call("update", [self._update_args(pool, omega, capability, bounds[i])
+            results = self.backend.call("update", [phases.update_args(pool, omega_NN, capability_N, cross_lower0[i])
                                                    for i in range(n)])
         for i, loss_metrics in enumerate(results):
-            metrics.update(self._update_done(i, loss_metrics, bounds[i], timings))
+            metrics.update(phases.update_metrics(i, loss_metrics, cross_lower0[i], timings))
         for phase in ("rollout", "update"):
             # >1: agents worked at the same time (Ray, own devices); 1: one after the other
             busy = sum(timings[f"timing/{phase}/{a}"] for a in self.agent_ids)
             timings[f"timing/{phase}_overlap"] = busy / max(timings[f"timing/{phase}"], 1e-9)
         self.step_idx += 1
-        metrics.update(self._pool_metrics(pool, capability, omega))
+        metrics.update(pool_metrics(pool, self.agent_ids, capability_N, omega_NN))
         metrics.update(timings)
         self._write_samples(pool)
         return metrics
-
-    def _update_args(self, pool: TrajectoryPool, omega: torch.Tensor, capability: torch.Tensor,
-                     bound: list[float] | None) -> tuple:
-        d = self.derived
-        return pool, omega, capability, d.minibatch_size, d.rows_per_prompt, bound
-
-    def _update_done(self, i: int, loss_metrics: dict[str, Any], bound: list[float] | None,
-                     timings: dict[str, float]) -> dict[str, float]:
-        """Agent ``i``'s update metrics as ``agent/<id>/*`` (the adaptive window fed its cross ratios); its busy
-        seconds and sub-phases into ``timings``."""
-        agent_id, out = self.agent_ids[i], {}
-        timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
-        if self.window is not None:
-            out.update(self._observe_window(i, bound, loss_metrics.pop("cross_ratios")))
-        timings.update(sub_phase_timings(loss_metrics, agent_id))
-        out.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
-        return out
-
-    def _observe_window(self, learner: int, used: list[float] | None, ratios: dict[int, list[float]]
-                        ) -> dict[str, float]:
-        """Feed the adaptive window the cross ratios ``learner`` saw; log the ℓ_0 it used per source."""
-        assert self.window is not None and used is not None
-        out = {}
-        for j, b in enumerate(self.agent_ids):
-            if j != learner:
-                out[f"agent/{self.agent_ids[learner]}/window_lower/{b}"] = used[j]
-                self.window.observe(learner, j, torch.tensor(ratios.get(j, []), dtype=torch.float64))
-        return out
-
-    def _pool_metrics(self, pool: TrajectoryPool, capability: torch.Tensor, omega: torch.Tensor
-                      ) -> dict[str, float]:
-        out: dict[str, float] = {"pool/size": len(pool)}
-        for i, a in enumerate(self.agent_ids):
-            own = [t for t in pool.trajectories if t.source == i]
-            scored = [t.reward for t in own if t.reward is not None]
-            out[f"agent/{a}/reward"] = sum(scored) / max(len(scored), 1)
-            out[f"agent/{a}/accuracy"] = sum(r >= 1.0 for r in scored) / max(len(scored), 1)
-            out[f"agent/{a}/capability"] = float(capability[i])
-            out[f"agent/{a}/answer_tokens"] = sum(t.num_tokens for t in own) / max(len(own), 1)
-            out[f"agent/{a}/finished_frac"] = sum(t.finished for t in own) / max(len(own), 1)
-            for j, b in enumerate(self.agent_ids):
-                if j != i:
-                    out[f"agent/{a}/omega/{b}"] = float(omega[i, j])
-                    out[f"agent/{a}/rescue/{b}"] = rescue_share(pool, learner=i, source=j)
-        return out
 
     def _write_samples(self, pool: TrajectoryPool) -> None:
         n = self.cfg.trainer.log_samples
@@ -418,63 +335,113 @@ class Trainer:
                     out[eval_key(agent_id, f"sampled_pass@{k}", name)] = res.sampled_pass
         return Evaluation(out, totals, per_problem)
 
-    def save_checkpoint(self) -> Path:
-        state = {"step": self.step_idx, "data_pos": self.data_pos, "tracker": self.tracker.state_dict(),
-                 "rng": ckpt.rng_state()}
-        if self.window is not None:
-            state["window"] = self.window.state_dict()
+    def checkpoint_state(self, loop: AsyncLoop | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The trainer state a checkpoint keeps and its manifest; with the asynchronous ``loop`` (at a cut) its
+        state too (``async``), and its mode and versions in the manifest."""
+        state: dict[str, Any] = {"step": self.step_idx, "data_pos": self.data.position,
+                                 "tracker": self.tracker.state_dict(), "rng": ckpt.rng_state()}
+        if loop is not None:
+            state["async"] = loop.state_dict()
+        if self.phases.window is not None:
+            state["window"] = self.phases.window.state_dict()
         manifest = {"agents": [{"id": a.id, "model": a.model} for a in self.cfg.agents],
-                    "algorithm": self.cfg.algorithm.name}
+                    "algorithm": self.cfg.algorithm.name, **(loop.manifest() if loop is not None else {})}
+        return state, manifest
+
+    def save_checkpoint(self, loop: AsyncLoop | None = None) -> Path:
+        """The workers' weights, optimizers and random streams, and :meth:`checkpoint_state`, as the checkpoint
+        of step ``step_idx``."""
+        state, manifest = self.checkpoint_state(loop)
         ids = self.agent_ids
         return ckpt.save_checkpoint(
             self.run_dir / "checkpoints", self.step_idx,
             lambda tmp: self.backend.call("save", [(tmp / "agents" / i,) for i in ids]),
             state, manifest, self.cfg.trainer.keep_last)
 
-    # ---- the loop -------------------------------------------------------------------------------
-    def _request_stop(self, signum: int, _frame: Any) -> None:
-        logger.warning("received %s: finishing the current step, then checkpointing",
-                       signal.Signals(signum).name)
-        self._stop_requested = True
-
-    def train(self, progress: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, Any]:
+    # ---- the loops ------------------------------------------------------------------------------
+    def train(self, progress: Progress | None = None) -> dict[str, Any]:
         """Run until ``trainer.steps``; returns the evaluations before and after. ``trainer.mode=async``: every
-        agent at its own pace (``hacrl.trainer.async_loop``), until the slowest has made ``trainer.steps`` updates."""
-        if self.cfg.trainer.mode == "async":
-            from hacrl.trainer.async_loop import train_async
-
-            return train_async(self, progress)
-        t = self.cfg.trainer
-        handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)} \
-            if _on_main_thread() else {}
-        last_eval: dict[str, float] | None = None
+        agent at its own pace (``hacrl.trainer.async_loop``), until the slowest has made ``trainer.steps`` updates.
+        Both loops: SIGINT/SIGTERM finish the step (the cut), checkpoint and stop; config.yaml; the step-0
+        evaluation; the workers closed at the end."""
         try:
-            write_atomic(self.run_dir / "config.yaml", dump_config(self.cfg))  # failing, still closes the workers
-            if self.step_idx == 0:
-                self.sink.log(0, self.evaluate_start())
-            while self.step_idx < t.steps and not self._stop_requested:
-                metrics = self.step()
-                final = self.step_idx >= t.steps
-                if final or (t.eval_every and self.step_idx % t.eval_every == 0):
-                    with timed(metrics, "eval"):
-                        evaluation = self.evaluate(budget=final)
-                    metrics.update(evaluation)
-                    last_eval = evaluation if final else None
-                metrics.update(self._carried_timings)  # the previous step's checkpoint write
-                self._carried_timings = {}
-                # metrics are written before the checkpoint: a checkpoint implies its step's metrics line
-                self.sink.log(self.step_idx, metrics)
-                if progress:
-                    progress(self.step_idx, metrics)
-                if t.checkpoint_every and self.step_idx % t.checkpoint_every == 0 and not final:
-                    with timed(self._carried_timings, "checkpoint"):
-                        self.save_checkpoint()
-            path = self.save_checkpoint()
+            with self.stop.installed():
+                # the asynchronous loop's clock (its idle shares) starts before the step-0 evaluation
+                loop = self.async_loop() if self.cfg.trainer.mode == "async" else None
+                write_atomic(self.run_dir / "config.yaml", dump_config(self.cfg))  # failing, still closes the workers
+                if self.step_idx == 0:
+                    self.sink.log(0, self.evaluate_start())
+                last_eval, path = self._train_lockstep(progress) if loop is None else self._train_async(loop, progress)
         finally:
-            for s, h in handlers.items():
-                signal.signal(s, h)
             self.close()
-        return {"first": self.eval_record(0), "last": last_eval, "checkpoint": path, "stopped": self._stop_requested}
+        return {"first": self.eval_record(0), "last": last_eval, "checkpoint": path, "stopped": self.stop.requested}
+
+    def _train_lockstep(self, progress: Progress | None) -> tuple[dict[str, float] | None, Path]:
+        """Steps until ``trainer.steps`` (or a stop request): the last evaluation (None unless the final step's)
+        and the final checkpoint."""
+        t = self.cfg.trainer
+        last_eval: dict[str, float] | None = None
+        while self.step_idx < t.steps and not self.stop.requested:
+            metrics = self.step()
+            final = self.step_idx >= t.steps
+            if final or (t.eval_every and self.step_idx % t.eval_every == 0):
+                with timed(metrics, "eval"):
+                    evaluation = self.evaluate(budget=final)
+                metrics.update(evaluation)
+                last_eval = evaluation if final else None
+            metrics.update(self._carried_timings)  # the previous step's checkpoint write
+            self._carried_timings = {}
+            # metrics are written before the checkpoint: a checkpoint implies its step's metrics line
+            self.sink.log(self.step_idx, metrics)
+            if progress:
+                progress(self.step_idx, metrics)
+            if t.checkpoint_every and self.step_idx % t.checkpoint_every == 0 and not final:
+                with timed(self._carried_timings, "checkpoint"):
+                    self.save_checkpoint()
+        return last_eval, self.save_checkpoint()
+
+    def async_loop(self) -> AsyncLoop:
+        """The asynchronous mode's loop on this trainer's phases, workers and data (resumed: as checkpointed)."""
+        loop = AsyncLoop(self.cfg, self.phases, self.backend, self.data, step=self.step_idx)
+        if self._async_state is not None:
+            loop.load_state_dict(self._async_state)
+        return loop
+
+    def _train_async(self, loop: AsyncLoop, progress: Progress | None) -> tuple[dict[str, float] | None, Path]:
+        """The asynchronous loop until the slowest agent has made ``trainer.steps`` updates (or a stop request),
+        cut for evaluations and checkpoints at multiples of the slowest agent's version: the last evaluation and
+        the final checkpoint. One metrics line per update, ``step`` the run's number of updates."""
+        t = self.cfg.trainer
+        next_eval, next_ckpt = next_multiple(min(loop.versions), t.eval_every), \
+            next_multiple(min(loop.versions), t.checkpoint_every)
+        last_eval: dict[str, float] | None = None
+
+        def on_update(step: int, _k: int, line: dict[str, float]) -> None:
+            self.step_idx = step
+            self.sink.log(step, line)
+            if progress:
+                progress(step, line)
+
+        while min(loop.versions) < t.steps and not self.stop.requested:
+            mark = min(m for m in (next_eval, next_ckpt, t.steps) if m is not None)
+            loop.run_until(lambda m=mark: min(loop.versions) >= m or self.stop.requested, on_update)
+            slowest = min(loop.versions)
+            final = slowest >= t.steps
+            metrics: dict[str, float] = {}
+            if final or (next_eval is not None and slowest >= next_eval):
+                with timed(metrics, "eval"):
+                    evaluation = self.evaluate(budget=final)
+                metrics.update(evaluation)
+                last_eval = evaluation if final else None
+                next_eval = next_multiple(slowest, t.eval_every)
+            if metrics:
+                metrics.update({f"agent/{a}/version": v for a, v in zip(self.agent_ids, loop.versions, strict=True)})
+                self.sink.log(self.step_idx, metrics)
+            if next_ckpt is not None and slowest >= next_ckpt and not final:
+                self.save_checkpoint(loop)
+                next_ckpt = next_multiple(slowest, t.checkpoint_every)
+            loop.resume_calls()
+        return last_eval, self.save_checkpoint(loop)
 
     def close(self) -> None:
         """Release the workers (Ray actors), reward workers and log files; safe to call twice."""
@@ -490,8 +457,3 @@ class Trainer:
         """The evaluation logged at ``step`` (from eval.jsonl), as ``{eval/<id>/greedy_acc: value}``."""
         return {eval_key(agent): acc for (s, agent), acc in read_evals(self.run_dir).items() if s == step} or None
 
-
-def _on_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()

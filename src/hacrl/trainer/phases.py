@@ -1,0 +1,228 @@
+"""The phases of a training step, one copy for both loops: the lock-step ``Trainer.step`` and the asynchronous
+``AsyncLoop`` (``trainer.mode=async``) call the same code around the workers' ``rollout`` and ``update``.
+
+- ``DataStream``: the training problems in order and the position reached (saved in checkpoints);
+- ``Phases``: the sampling parameters, the scoring of answers into a ``TrajectoryPool``, the update's arguments
+  and the update's metrics (and, until the learner owns it, the adaptive cross window's state);
+- pure functions of a pool and scalars: ``pool_metrics``, ``rescue_share``, ``rollout_metrics``,
+  ``sub_phase_timings``; ``timed`` times a phase.
+
+Nothing here computes a formula (those are in ``hacrl.core``) or talks to a worker: the loops make the calls.
+Tests: tests/trainer/test_phases.py (hand-computed, no model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from hacrl.config import Config, Derived, recompute_old_logprobs
+from hacrl.core.window import CrossWindow
+from hacrl.errors import InputError
+from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
+from hacrl.pool import TrajectoryPool
+from hacrl.rewards import ScoreResult
+from hacrl.rollout import SamplingParams
+from hacrl.types import Problem, Trajectory
+
+logger = logging.getLogger(__name__)
+
+Score = Callable[[list[str], list[Problem]], ScoreResult]
+
+
+# ---- timings --------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Add the seconds the block took to ``timings["timing/<name>"]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[f"timing/{name}"] = timings.get(f"timing/{name}", 0.0) + time.perf_counter() - start
+
+
+def sub_phase_timings(metrics: dict[str, float], agent_id: str) -> dict[str, float]:
+    """Pop a worker's ``busy_<phase>_s`` seconds (π_old recomputation; the update's forward, reference,
+    backward and optimizer) out of ``metrics`` as ``timing/<phase>/<agent>``.
+
+    >>> m = {"busy_forward_s": 1.5, "loss": 0.1}
+    >>> sub_phase_timings(m, "a"), m
+    ({'timing/forward/a': 1.5}, {'loss': 0.1})
+    """
+    keys = [k for k in metrics if k.startswith("busy_") and k.endswith("_s")]
+    return {f"timing/{k[5:-2]}/{agent_id}": float(metrics.pop(k)) for k in keys}
+
+
+def rollout_metrics(agent_id: str, m: dict[str, float], timings: dict[str, float] | None) -> dict[str, float]:
+    """One agent's rollout metrics as ``agent/<id>/rollout/*``; its busy seconds and sub-phases into ``timings``.
+
+    >>> timings = {}
+    >>> rollout_metrics("a", {"busy_s": 2.0, "busy_recompute_s": 0.5, "tokens": 7.0}, timings), timings
+    ({'agent/a/rollout/tokens': 7.0}, {'timing/rollout/a': 2.0, 'timing/recompute/a': 0.5})
+    """
+    busy, sub = m.pop("busy_s"), sub_phase_timings(m, agent_id)
+    if timings is not None:
+        timings[f"timing/rollout/{agent_id}"] = busy
+        timings.update(sub)
+    return {f"agent/{agent_id}/rollout/{k}": v for k, v in m.items()}
+
+
+# ---- what a pool says ---------------------------------------------------------------------------------------
+def rescue_share(pool: TrajectoryPool, *, learner: int, source: int) -> float:
+    """Share of the step's prompts on which ``learner`` wrote no correct answer (reward >= 1) and ``source``
+    wrote at least one: the prompts where the source's answers can teach the learner something it lacks."""
+    solved = {(t.prompt_index, t.source) for t in pool.trajectories if t.reward is not None and t.reward >= 1.0}
+    groups = {t.prompt_index for t in pool.trajectories}
+    hits = sum((g, learner) not in solved and (g, source) in solved for g in groups)
+    return hits / max(len(groups), 1)
+
+
+def pool_metrics(pool: TrajectoryPool, agent_ids: list[str], capability_N: torch.Tensor, omega_NN: torch.Tensor
+                 ) -> dict[str, float]:
+    """``pool/size`` and, per agent, its answers' mean reward, accuracy, length and finished share, its
+    capability, and per other agent ω[learner, source] and the rescue share.
+
+    Args:
+        capability_N: P̂ per agent. omega_NN: ω[learner, source].
+    """
+    out: dict[str, float] = {"pool/size": len(pool)}
+    for i, a in enumerate(agent_ids):
+        own = [t for t in pool.trajectories if t.source == i]
+        scored = [t.reward for t in own if t.reward is not None]
+        out[f"agent/{a}/reward"] = sum(scored) / max(len(scored), 1)
+        out[f"agent/{a}/accuracy"] = sum(r >= 1.0 for r in scored) / max(len(scored), 1)
+        out[f"agent/{a}/capability"] = float(capability_N[i])
+        out[f"agent/{a}/answer_tokens"] = sum(t.num_tokens for t in own) / max(len(own), 1)
+        out[f"agent/{a}/finished_frac"] = sum(t.finished for t in own) / max(len(own), 1)
+        for j, b in enumerate(agent_ids):
+            if j != i:
+                out[f"agent/{a}/omega/{b}"] = float(omega_NN[i, j])
+                out[f"agent/{a}/rescue/{b}"] = rescue_share(pool, learner=i, source=j)
+    return out
+
+
+# ---- the data ---------------------------------------------------------------------------------------------------
+class DataStream:
+    """The training problems in order, from position ``start`` on; ``position`` is how many the run has taken
+    (saved in checkpoints: a resumed run continues there). A problem's position is its prompt id in the
+    asynchronous mode.
+
+    >>> data = DataStream("t", [Problem(str(i), "", "") for i in range(5)], start=1)
+    >>> [p.id for p in data.take(2)], data.position, data.next_problem()
+    (['1', '2'], 3, (3, Problem(id='3', prompt='', answer='', meta={})))
+    """
+
+    def __init__(self, task_name: str, problems: Iterable[Problem], *, start: int = 0) -> None:
+        self._task_name = task_name
+        self._problems = itertools.islice(problems, start, None)
+        self._position = start
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def take(self, n: int) -> list[Problem]:
+        """The next ``n`` problems; an error naming the task when fewer are left."""
+        batch = list(itertools.islice(self._problems, n))
+        if len(batch) < n:
+            raise RuntimeError(f"task {self._task_name!r} ran out of training problems")
+        self._position += n
+        return batch
+
+    def next_problem(self) -> tuple[int, Problem]:
+        """The next problem and its position in the stream."""
+        position = self._position
+        return position, self.take(1)[0]
+
+
+# ---- the phases -------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Phases:
+    """What both loops do around the workers' calls. ``score_texts`` scores answer texts against their problems
+    (the task's scorer); ``window`` is the adaptive cross window (None: the fixed window)."""
+
+    agent_ids: list[str]
+    sampling: SamplingParams  # every rollout's: G answers per prompt
+    recompute: bool  # the workers recompute π_old after the rollout (rollout.old_logprobs)
+    minibatch_size: int
+    rows_per_prompt: int
+    score_texts: Score
+    window: CrossWindow | None
+
+    @classmethod
+    def build(cls, cfg: Config, derived: Derived, score_texts: Score, window: CrossWindow | None) -> Phases:
+        r = cfg.rollout
+        return cls([a.id for a in cfg.agents], SamplingParams(n=derived.group_size, temperature=r.temperature,
+                                                             top_p=r.top_p, max_new_tokens=r.max_new_tokens),
+                   recompute_old_logprobs(cfg), derived.minibatch_size, derived.rows_per_prompt, score_texts, window)
+
+    def score(self, problems: list[Problem], answers: list[Trajectory], *, step: int
+              ) -> tuple[TrajectoryPool, dict[str, float]]:
+        """The answers with their rewards as a pool over ``problems`` (unscorable: reward None) and the counts
+        ``reward/<kind>`` and ``agent/<id>/unscorable``; ``step`` (1-based) names the step in warnings. An error
+        when no answer could be scored."""
+        result = self.score_texts([t.text for t in answers], [problems[t.prompt_index] for t in answers])
+        stats: dict[str, float] = {f"reward/{kind}": n for kind, n in result.counts().items()}
+        for kind, message in result.first_message.items():
+            logger.warning("step %d: %d answer(s) %s: %s", step, stats[f"reward/{kind}"],
+                           "timed out" if kind == "timeout" else f"unscorable ({kind})", message)
+        if answers and result.ok == 0:
+            reasons = "; ".join(f"{n} {kind}: {result.first_message.get(kind, '')}" for kind, n in
+                                result.counts().items() if n)  # no answer is ok here
+            raise InputError(f"task.reward: no answer of step {step} could be scored ({reasons}); "
+                             f"fix the reward function or raise task.reward_timeout_s")
+        # tokenizer-neutral: each worker keeps its own token ids and log-probs from rollout to update
+        trajectories = [dataclasses.replace(t, reward=reward)
+                        for t, reward in zip(answers, result.rewards, strict=True)]
+        for index, agent_id in enumerate(self.agent_ids):
+            stats[f"agent/{agent_id}/unscorable"] = sum(t.reward is None for t in trajectories if t.source == index)
+        return TrajectoryPool(problems, trajectories), stats
+
+    def update_args(self, pool: TrajectoryPool, omega_NN: torch.Tensor, capability_N: torch.Tensor,
+                    cross_lower0: list[float] | None) -> tuple:
+        """The positional arguments of a worker's ``update`` (the one place that builds them)."""
+        return pool, omega_NN, capability_N, self.minibatch_size, self.rows_per_prompt, cross_lower0
+
+    def update_metrics(self, i: int, loss_metrics: dict[str, Any], cross_lower0: list[float] | None,
+                       timings: dict[str, float]) -> dict[str, float]:
+        """Agent ``i``'s update metrics as ``agent/<id>/*`` (the adaptive window fed its cross ratios); its busy
+        seconds and sub-phases into ``timings``."""
+        agent_id, out = self.agent_ids[i], {}
+        timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
+        if self.window is not None:
+            out.update(self._observe_window(i, cross_lower0, loss_metrics.pop("cross_ratios")))
+        timings.update(sub_phase_timings(loss_metrics, agent_id))
+        out.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
+        return out
+
+    # ---- the adaptive cross window (its state moves to the learner that owns it: issue #42) ----------------------
+    def cross_lower0(self, learner: int) -> list[float] | None:
+        """ℓ_0 per source agent for ``learner``'s next update; None with the fixed window (1 − δ)."""
+        return self.window.bounds(learner) if self.window is not None else None
+
+    def _observe_window(self, learner: int, used: list[float] | None, ratios: dict[int, list[float]]
+                        ) -> dict[str, float]:
+        """Feed the adaptive window the cross ratios ``learner`` saw; log the ℓ_0 it used per source."""
+        assert self.window is not None and used is not None
+        out = {}
+        for j, b in enumerate(self.agent_ids):
+            if j != learner:
+                out[f"agent/{self.agent_ids[learner]}/window_lower/{b}"] = used[j]
+                self.window.observe(learner, j, torch.tensor(ratios.get(j, []), dtype=torch.float64))
+        return out
+
+
+def make_window(cfg: Config) -> CrossWindow | None:
+    """The adaptive cross window's state when ``algorithm.cross_window`` makes it adaptive, else None."""
+    alg = cfg.algorithm
+    if not adaptive_window(ALGORITHMS.get(alg.name), alg.cross_window):
+        return None
+    return CrossWindow(len(cfg.agents), delta=alg.delta, target=alg.window_target, floor=alg.window_floor,
+                       smoothing=alg.window_smoothing)
