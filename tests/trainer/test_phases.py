@@ -307,7 +307,9 @@ def test_a_scripted_step(trainer):
     # the capability tracker saw this step's scored answers: a 16/16, b 0/16, c 4/4
     tracker = CapabilityTracker(3, window=trainer.cfg.algorithm.capability_window)
     tracker.update(*_rewards_and_sources(per_agent))
-    for i, (pool, omega, capability, minibatch, rows, bound) in enumerate(u_args):
+    for i, (request,) in enumerate(u_args):
+        pool, omega, capability, bound = request.pool, request.omega_NN, request.capability_N, request.cross_lower0
+        minibatch, rows = request.minibatch_size, request.rows_per_prompt
         assert len(pool) == 3 * b * g
         assert torch.equal(omega, tracker.omega_matrix()) and torch.equal(capability, tracker.capability)
         assert (minibatch, rows) == (trainer.derived.minibatch_size, trainer.derived.rows_per_prompt)
@@ -349,7 +351,7 @@ def test_a_step_with_the_fixed_window_passes_no_bounds(tmp_path, monkeypatch):
         t._train_iter = iter(problems(b))
         metrics = t.step()
         (_, _, _), (_, u_args, _) = t.backend.calls
-        assert [args[-1] for args in u_args] == [None, None, None]  # 1 − δ, in the loss settings
+        assert [args[0].cross_lower0 for args in u_args] == [None, None, None]  # 1 − δ, in the loss settings
         assert not any("window_lower" in k for k in metrics) and metrics["agent/c/pg_loss"] == 0.5
     finally:
         t.close()

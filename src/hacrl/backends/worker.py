@@ -40,6 +40,7 @@ from hacrl.config import Config, rollout_correction_mode
 from hacrl.errors import DamagedCheckpoint, InputError, TrainingDiverged
 from hacrl.failpoints import failpoint
 from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.request import UpdateRequest
 from hacrl.learner.update import (
     LossSettings,
     ViewRow,
@@ -263,30 +264,26 @@ class AgentWorker:
                 out.append(Sample(s.prompt_index, s.token_ids, lp, s.finished, behav_logps=s.logps))
         return out
 
-    def update(self, pool: TrajectoryPool, omega_NN: torch.Tensor, capability_N: torch.Tensor,
-               minibatch_size: int, rows_per_prompt: int, cross_lower0: list[float] | None = None, *,
-               own_keys: list[tuple[int, int]] | None = None, version_gaps: list[int] | None = None,
-               forget: list[tuple[int, int]] | None = None) -> dict[str, Any]:
-        """Train on the step's pool; the worker's own answers get back their token ids and log-probs.
+    def update(self, request: UpdateRequest) -> dict[str, Any]:
+        """Train on ``request.pool``; the worker's own answers get back their token ids and log-probs.
 
-        ``cross_lower0``: the adaptive cross window's ℓ_0 per source agent (None: the fixed 1 − δ); then the
-        result also holds ``cross_ratios``, source → the ratios of that source's answers the update saw.
+        ``request.cross_lower0``: the adaptive cross window's ℓ_0 per source agent (None: the fixed 1 − δ); then
+        the result also holds ``cross_ratios``, source → the ratios of that source's answers the update saw.
 
-        The asynchronous mode (docs/async.md) passes ``own_keys``, the ``(tag, position)`` of each own answer of
-        ``pool`` in its order (used up here), ``version_gaps`` aligned with ``pool.trajectories`` (this worker's
-        version minus the one that wrote each own answer; ``PoolTake.version_gaps``), and ``forget``, own answers
-        that expired unused. Own answers with a gap train against π_prox, this version's pass, with the
+        The asynchronous mode (docs/async.md) passes ``own_keys`` (used up here), ``version_gaps`` and ``forget``
+        (``UpdateRequest``). Own answers with a gap train against π_prox, this version's pass, with the
         staleness weight (``assign_staleness_weights``); the result then holds ``staleness_is/*``."""
         start = time.perf_counter()
-        pool = self._with_own_tokens(pool, own_keys)
-        for key in forget or []:
+        own_keys, version_gaps, cross_lower0 = request.own_keys, request.version_gaps, request.cross_lower0
+        pool = self._with_own_tokens(request.pool, None if own_keys is None else list(own_keys))
+        for key in request.forget:
             self._own.pop(tuple(key), None)  # type: ignore[arg-type]
         agent, cfg = self.agent, self.cfg
         prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
         rows = build_view(agent, pool, self.algo, prompts)
-        stale_metrics = self._correct_stale(rows, pool, version_gaps) if version_gaps is not None else {}
-        assign_advantages(rows, agent.index, self.algo, omega_NN, capability_N)
-        mbs = minibatches(rows, minibatch_size, rows_per_prompt,
+        stale_metrics = self._correct_stale(rows, pool, list(version_gaps)) if version_gaps is not None else {}
+        assign_advantages(rows, agent.index, self.algo, request.omega_NN, request.capability_N)
+        mbs = minibatches(rows, request.minibatch_size, request.rows_per_prompt,
                           seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
         a = cfg.algorithm
         settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,

@@ -4,7 +4,7 @@ its answers through a ``SharedPool``.
 The driver keeps one chain of calls per agent going: rollout → scoring → pool → (group wait) → take → update →
 rollout ... It waits on whichever call finishes first (``backend.wait_any``), never on all agents. The phases
 are the lock-step trainer's own code: ``Trainer._sampling_params`` / ``_rollout_done`` around the worker's
-``rollout``, ``Trainer._score`` on one agent's answers, ``Trainer._update_args`` / ``_update_done`` around the
+``rollout``, ``Trainer._score`` on one agent's answers, ``Trainer._update_request`` / ``_update_done`` around the
 worker's ``update``, ``Trainer._pool_metrics`` on the take. What this module adds: the ledger (which prompts
 each agent answers next), the take from the pool under the staleness bound, ``RecentCapability`` for ω and P̂,
 the per-agent metrics, and the quiescent cut for evaluations and checkpoints.
@@ -176,8 +176,8 @@ class AsyncLoop:
         bound = self.t.window.bounds(k) if self.t.window is not None else None
         pool = take.trajectory_pool()
         self._submit(k, "update", (take, rnd, pool, capability, omega, bound),
-                     *self.t._update_args(pool, omega, capability, bound), own_keys=own,
-                     version_gaps=take.version_gaps(), forget=forget)
+                     self.t._update_request(pool, omega, capability, bound, own_keys=tuple(own),
+                                            version_gaps=tuple(take.version_gaps()), forget=tuple(forget)))
         self._prune()
 
     def update_done(self, k: int, payload: tuple, loss_metrics: dict[str, Any]) -> dict[str, float]:
