@@ -282,7 +282,7 @@ class AgentWorker:
         prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
         rows = build_view(agent, pool, self.algo, prompts)
         stale_metrics = self._correct_stale(rows, pool, list(version_gaps)) if version_gaps is not None else {}
-        assign_advantages(rows, agent.index, self.algo, request.omega_NN, request.capability_N)
+        assign_advantages(rows, agent.index, self.algo, request.omega_NN)
         mbs = minibatches(rows, request.minibatch_size, request.rows_per_prompt,
                           seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
         a = cfg.algorithm

@@ -83,16 +83,17 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
     return rows
 
 
-def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor,
-                      capability_N: Tensor) -> None:
-    """Fill ``advantage`` and ``omega`` of every row (in place)."""
+def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor) -> None:
+    """Fill ``advantage`` and ``omega`` of every row (in place). ``omega_NN``: the driver's ω^(k,j) (its clamps
+    applied), the update's one ω: row ``learner`` weighs the baseline (eq. 7), column ``learner`` the cross
+    answers in the loss (eq. 50)."""
     if not rows:
         return
     rewards_B = torch.tensor([r.reward for r in rows])
     groups_B = torch.tensor([r.prompt_index for r in rows])
     sources_B = torch.tensor([r.source for r in rows])
     if algo.advantage == "hacpo":
-        adv_B = hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, capability=capability_N,
+        adv_B = hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, omega=omega_NN[learner],
                                  capability_aware=algo.capability_aware)
     elif algo.advantage == "own":  # GSPO's group advantage over the learner's own answers; 0 on the others'
         own_B = sources_B == learner

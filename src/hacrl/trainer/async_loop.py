@@ -176,7 +176,7 @@ class AsyncLoop:
         bound = self.t.window.bounds(k) if self.t.window is not None else None
         pool = take.trajectory_pool()
         self._submit(k, "update", (take, rnd, pool, capability, omega, bound),
-                     self.t._update_request(pool, omega, capability, bound, own_keys=tuple(own),
+                     self.t._update_request(pool, omega, bound, own_keys=tuple(own),
                                             version_gaps=tuple(take.version_gaps()), forget=tuple(forget)))
         self._prune()
 

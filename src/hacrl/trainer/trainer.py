@@ -280,7 +280,7 @@ class Trainer:
         n = len(self.agent_ids)
         bounds = [self.window.bounds(i) if self.window is not None else None for i in range(n)]
         with timed(timings, "update"):
-            results = self.backend.call("update", [(self._update_request(pool, omega, capability, bounds[i]),)
+            results = self.backend.call("update", [(self._update_request(pool, omega, bounds[i]),)
                                                    for i in range(n)])
         for i, loss_metrics in enumerate(results):
             metrics.update(self._update_done(i, loss_metrics, bounds[i], timings))
@@ -294,10 +294,10 @@ class Trainer:
         self._write_samples(pool)
         return metrics
 
-    def _update_request(self, pool: TrajectoryPool, omega: torch.Tensor, capability: torch.Tensor,
-                        bound: list[float] | None, **async_fields: Any) -> UpdateRequest:
+    def _update_request(self, pool: TrajectoryPool, omega: torch.Tensor, bound: list[float] | None,
+                        **async_fields: Any) -> UpdateRequest:
         d = self.derived
-        return UpdateRequest(pool, omega, capability, d.minibatch_size, d.rows_per_prompt,
+        return UpdateRequest(pool, omega, d.minibatch_size, d.rows_per_prompt,
                              None if bound is None else tuple(bound), **async_fields)
 
     def _update_done(self, i: int, loss_metrics: dict[str, Any], bound: list[float] | None,
