@@ -59,7 +59,7 @@ def test_a_stale_own_answer_trains_against_pi_prox_with_the_staleness_weight(spy
     omega = torch.ones(1, 1)
 
     # round 1 at version 0: fresh, weight 1, π_old the rollout's
-    fresh = worker.update(UpdateRequest(scored_pool(answers[1], rounds[1]), omega, 4, 2,
+    fresh = worker.update(UpdateRequest(scored_pool(answers[1], rounds[1]), omega,
                                         own_keys=tuple(keys[1]), version_gaps=(0,) * len(answers[1])))
     assert fresh["staleness_is/stale_frac"] == 0.0
     assert worker.step_idx == 1 and worker.pending_keys() == keys[0]
@@ -78,7 +78,7 @@ def test_a_stale_own_answer_trains_against_pi_prox_with_the_staleness_weight(spy
     behav = [t.logp_mean for t in answers[0]]
     assert max(abs(p - b) for p, b in zip(prox, behav, strict=True)) > 1e-4  # the update moved the policy
     calls = len(spy)
-    stale = worker.update(UpdateRequest(pool, omega, 4, 2, own_keys=tuple(keys[0]),
+    stale = worker.update(UpdateRequest(pool, omega, own_keys=tuple(keys[0]),
                                         version_gaps=(1,) * len(answers[0])))
     inputs = [c.inputs for c in spy[calls:]]
     got = sorted(zip(torch.cat([i.old_logp_mean_B for i in inputs]).tolist(),
@@ -94,5 +94,5 @@ def test_an_update_naming_answers_the_worker_does_not_keep_fails_with_the_agent(
     params = SamplingParams(n=2, temperature=1.0, top_p=1.0, max_new_tokens=4)
     answers, _ = worker.rollout([p.prompt for p in PROBLEMS[:1]], params, recompute=False, tag=0)
     with pytest.raises(RuntimeError, match="agent a: .* not kept here"):
-        worker.update(UpdateRequest(scored_pool(answers, PROBLEMS[:1]), torch.ones(1, 1), 2, 2,
+        worker.update(UpdateRequest(scored_pool(answers, PROBLEMS[:1]), torch.ones(1, 1),
                                     own_keys=((5, 0), (5, 1)), version_gaps=(0, 0)))

@@ -309,10 +309,8 @@ def test_a_scripted_step(trainer):
     tracker.update(*_rewards_and_sources(per_agent))
     for i, (request,) in enumerate(u_args):
         pool, omega, bound = request.pool, request.omega_NN, request.cross_lower0
-        minibatch, rows = request.minibatch_size, request.rows_per_prompt
         assert len(pool) == 3 * b * g
         assert torch.equal(omega, tracker.omega_matrix())  # the one ω, the tracker's (its clamps applied)
-        assert (minibatch, rows) == (trainer.derived.minibatch_size, trainer.derived.rows_per_prompt)
         want_bound = [0.8, 0.8, 0.8]
         if i == 1:
             want_bound[2] = 0.55

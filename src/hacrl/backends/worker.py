@@ -36,10 +36,10 @@ import torch
 from hacrl.agents.agent import DTYPES, Agent, load_agent, token_logprobs
 from hacrl.backends.devices import check_device, warn_slow_cpu_precision
 from hacrl.backends.resolve import agent_seed, make_engine, resolve_model_path
-from hacrl.config import Config, rollout_correction_mode
+from hacrl.config import Config, Derived
 from hacrl.errors import DamagedCheckpoint, InputError, TrainingDiverged
 from hacrl.failpoints import failpoint
-from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.algorithms import ALGORITHMS, derive_for
 from hacrl.learner.request import UpdateRequest
 from hacrl.learner.update import (
     LossSettings,
@@ -63,10 +63,13 @@ PENDING_FILE = "own_pending.pt"  # the asynchronous mode: the worker's version a
 
 class AgentWorker:
     """One agent of the run ``cfg`` (the ``index``-th of ``cfg.agents``); ``resume_from`` a checkpoint.
+    ``derived``: the run's derived values (``hacrl.config.derive``), resolved once by the trainer and handed to
+    every worker; None (a worker built on its own): ``derive_for(cfg)``.
 
     ``env`` is set in the worker's process first (the Ray backend forwards ``HACRL_FAILPOINT`` with it)."""
 
-    def __init__(self, cfg: Config, index: int, *, resume_from: Path | None = None, step: int = 0,
+    def __init__(self, cfg: Config, index: int, derived: Derived | None = None, *, resume_from: Path | None = None,
+                 step: int = 0,
                  env: dict[str, str] | None = None, threads: int | None = None, rank: int = 0,
                  world: int = 1, defer_setup: bool = False, quiet: bool = False) -> None:
         os.environ.update(env or {})
@@ -84,6 +87,11 @@ class AgentWorker:
         self.dp_group: Any = None  # set by init_data_parallel
         self.spec = cfg.agents[index]
         self.algo = ALGORITHMS.get(cfg.algorithm.name)
+        self.derived = derived if derived is not None else derive_for(cfg)
+        a = cfg.algorithm
+        self.settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
+                                     self.spec.kl_coef, a.imitation_coef, self.derived.rollout_correction,
+                                     a.rollout_correction_cap)
         self.step_idx = step
         self._resume_from = resume_from
         # own answers kept from rollout to update, by (round tag, position in the round): in lock-step the step's
@@ -201,10 +209,11 @@ class AgentWorker:
             yield
             self._rng = torch.get_rng_state()
 
-    def rollout(self, prompts: list[str], params: SamplingParams, *, recompute: bool,
+    def rollout(self, prompts: list[str], params: SamplingParams, *, recompute: bool | None = None,
                 tag: int | None = None) -> tuple[list[Trajectory], dict]:
         """``params.n`` answers to each prompt, unscored and without their token ids (kept here for the
-        update). With ``recompute``, π_old is the training forward pass's log-probs and the gap to the
+        update). With ``recompute`` (None: ``Derived.recompute_old_logprobs``), π_old is the training forward
+        pass's log-probs and the gap to the
         engine's is returned as metrics (rollout/training mismatch). ``tag`` (the asynchronous mode): the
         round's number, its answers kept as ``(tag, position in the returned list)`` beside earlier rounds' not
         yet trained on; None: the step's answers replace the last step's."""
@@ -219,7 +228,7 @@ class AgentWorker:
         if not all(math.isfinite(sum(s.logps)) for s in samples):
             raise self._diverged("rollout", self.step_idx + 1, "the sampled answers' log-probabilities are not finite")
         metrics: dict[str, float] = {}
-        if recompute and samples:
+        if (self.derived.recompute_old_logprobs if recompute is None else recompute) and samples:
             recompute_start = time.perf_counter()
             recomputed = self._recompute_logprobs(rendered, samples)
             metrics["busy_old_logprobs_s"] = time.perf_counter() - recompute_start
@@ -283,16 +292,12 @@ class AgentWorker:
         rows = build_view(agent, pool, self.algo, prompts)
         stale_metrics = self._correct_stale(rows, pool, list(version_gaps)) if version_gaps is not None else {}
         assign_advantages(rows, agent.index, self.algo, request.omega_NN)
-        mbs = minibatches(rows, request.minibatch_size, request.rows_per_prompt,
+        mbs = minibatches(rows, self.derived.minibatch_size, self.derived.rows_per_prompt,
                           seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
-        a = cfg.algorithm
-        settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
-                                self.spec.kl_coef, a.imitation_coef, rollout_correction_mode(cfg),
-                                a.rollout_correction_cap)
         self._sleep_engine_for_training()
         ratios: dict[int, list[float]] | None = {} if cross_lower0 is not None else None
         metrics: dict[str, Any] = update_learner(
-            agent, mbs, self.algo, settings, micro_batch_size=cfg.trainer.micro_batch_size,
+            agent, mbs, self.algo, self.settings, micro_batch_size=cfg.trainer.micro_batch_size,
             grad_clip=self.spec.grad_clip, dp_group=self.dp_group, shared_prompt=cfg.trainer.shared_prompt_forward,
             cross_lower0=cross_lower0, observed_ratios=ratios)
         self._check_update(metrics)
@@ -364,7 +369,7 @@ class AgentWorker:
             own, gaps, {id(r): s.logps for r, s in zip(stale, prox, strict=True)},
             mode=self.cfg.async_.staleness_correction, cap=self.cfg.async_.staleness_cap,
             max_log_ratio=self.cfg.algorithm.max_log_ratio,
-            engine_behaviour=rollout_correction_mode(self.cfg) != "off")
+            engine_behaviour=self.derived.rollout_correction != "off")
         return {f"staleness_is/{k}": v for k, v in metrics.items()}
 
     def _with_own_tokens(self, pool: TrajectoryPool, keys: list[tuple[int, int]] | None = None) -> TrajectoryPool:

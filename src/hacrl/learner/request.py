@@ -25,7 +25,6 @@ class UpdateRequest:
             ids: the worker fills in its own answers' tokens.
         omega_NN: float[N, N], the driver's ω^(k,j) (``CapabilityTracker.omega_matrix``, its clamps applied):
             the learner's row weighs its baseline (eq. 7), the column its cross answers' loss (eq. 50).
-        minibatch_size, rows_per_prompt: ``hacrl.config.Derived``'s.
         cross_lower0: the adaptive cross window's ℓ_0 per source agent; None: the fixed 1 − δ.
         own_keys: the asynchronous mode: the worker's ``(round tag, position)`` key of each own answer in
             ``pool``, in its order; None: lock-step (the pool holds exactly the step's own answers).
@@ -36,8 +35,6 @@ class UpdateRequest:
 
     pool: TrajectoryPool
     omega_NN: Tensor
-    minibatch_size: int
-    rows_per_prompt: int
     cross_lower0: tuple[float, ...] | None = None
     own_keys: tuple[tuple[int, int], ...] | None = None
     version_gaps: tuple[int, ...] | None = None

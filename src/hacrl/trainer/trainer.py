@@ -128,7 +128,7 @@ class Trainer:
         check_finetune_overlap(cfg.agents, self.eval_problems, *(ps for ps, _ in self.benchmarks.values()))
         self.scorer = task_scorer(self.task, cfg.task)
         try:
-            self.backend = make_backend(cfg, resume_from=resume_from, step=self.step_idx)
+            self.backend = make_backend(cfg, self.derived, resume_from=resume_from, step=self.step_idx)
         except BaseException:
             self.scorer.close()
             raise
@@ -296,9 +296,7 @@ class Trainer:
 
     def _update_request(self, pool: TrajectoryPool, omega: torch.Tensor, bound: list[float] | None,
                         **async_fields: Any) -> UpdateRequest:
-        d = self.derived
-        return UpdateRequest(pool, omega, d.minibatch_size, d.rows_per_prompt,
-                             None if bound is None else tuple(bound), **async_fields)
+        return UpdateRequest(pool, omega, None if bound is None else tuple(bound), **async_fields)
 
     def _update_done(self, i: int, loss_metrics: dict[str, Any], bound: list[float] | None,
                      timings: dict[str, float]) -> dict[str, float]:
