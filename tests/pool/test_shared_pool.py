@@ -18,6 +18,11 @@ from hacrl.pool.shared import SharedPool
 from hacrl.types import Problem, Trajectory
 
 
+def gaps(take) -> list[int]:
+    """The version gap each taken answer carries into the update's pool (``Trajectory.version_gap``)."""
+    return [x.version_gap for x in take.trajectory_pool().trajectories]
+
+
 def problem(pid: int) -> Problem:
     return Problem(f"p{pid}", f"question {pid}", str(pid))
 
@@ -72,7 +77,7 @@ def test_a_sequence_of_rounds_by_hand():
     t = pool.take(1, 1, bound=1)
     assert uids(t) == [2, 3, 7] and t.staleness == (1, 1, 0)
     assert t.counts["cross"] == 2 and t.counts["waiting_cross"] == 2  # agent 0's prompt-2 answers
-    assert t.version_gaps() == [0, 0, 0]  # own answer written by this version; cross answers get no gap
+    assert gaps(t) == [0, 0, 0]  # own answer written by this version; cross answers get no gap
 
     # agent 1 comes back at version 3 without an answer to prompt 2: those are 2 versions old, past the bound
     t = pool.take(1, 3, bound=1)
@@ -96,7 +101,7 @@ def test_a_stale_own_answer_carries_its_version_gap():
     pool.take(0, 0, bound=2)
     add(pool, 0, [1], version=0)  # written by version 0, taken by version 1
     t = pool.take(0, 1, bound=2)
-    assert t.staleness == (1, 1) and t.version_gaps() == [1, 1]
+    assert t.staleness == (1, 1) and gaps(t) == [1, 1]
     assert t.counts["own_stale"] == 2
     assert t.metrics()["staleness_mean"] == 1.0
 
@@ -109,7 +114,7 @@ def test_unscorable_answers_mark_the_group_but_are_not_trained_on():
     assert len(t.answers) == 4  # the group formed: agent 0 answered prompt 5
     view = t.trajectory_pool()
     assert [(x.source, x.reward) for x in view.scored()] == [(1, 1.0), (1, 0.0)]
-    assert view.scored() == [x for x in view.trajectories if x.reward is not None]  # version_gaps' order
+    assert view.scored() == [x for x in view.trajectories if x.reward is not None]  # build_view's order
     assert view.problems == [problem(5)] and {x.prompt_index for x in view.trajectories} == {0}
 
 
@@ -160,7 +165,7 @@ def test_bound_zero_in_lock_step_gives_the_synchronous_groups(seed):
             assert view.scored() == sync.scored()  # what build_view reads: the same answers in the same order
             assert view.rewards_and_sources()[0].tolist() == sync.rewards_and_sources()[0].tolist()
             assert take.staleness == (0,) * len(take.answers) and take.expired == ()
-            assert take.version_gaps() == [0] * len(take.answers)
+            assert gaps(take) == [0] * len(take.answers)
         assert pool.accounting()["pending"] == [0, 0, 0] and len(pool) == 0
 
 
@@ -293,7 +298,7 @@ def _check_take(take, pending_before, rec, k, version, bound):
     assert expired == {u for u in pending_before if staleness[u] > bound}
     assert sum(take.counts[r] for r in SELECTION_REASONS) == len(pending_before)
     # own answers carry their version gap, and the update's pool holds exactly the taken answers
-    for a, gap in zip(take.answers, take.version_gaps(), strict=True):
+    for a, gap in zip(take.answers, gaps(take), strict=True):
         assert gap == (version - rec.written[a.uid] if a.author == k else 0)
     view = take.trajectory_pool()
     assert len(view.trajectories) == len(taken) and len(view.problems) == len(take.prompts)

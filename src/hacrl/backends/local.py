@@ -8,7 +8,7 @@ from typing import Any
 
 from hacrl.backends import Handle
 from hacrl.backends.worker import AgentWorker
-from hacrl.config import Config
+from hacrl.config import Config, Derived
 
 
 class LocalBackend:

@@ -26,10 +26,9 @@ class UpdateRequest:
         omega_NN: float[N, N], the driver's ω^(k,j) (``CapabilityTracker.omega_matrix``, its clamps applied):
             the learner's row weighs its baseline (eq. 7), the column its cross answers' loss (eq. 50).
         cross_lower0: the adaptive cross window's ℓ_0 per source agent; None: the fixed 1 − δ.
-        own_keys: the asynchronous mode: the worker's ``(round tag, position)`` key of each own answer in
-            ``pool``, in its order; None: lock-step (the pool holds exactly the step's own answers).
-        version_gaps: the asynchronous mode: per answer of ``pool``, this learner's version minus the one that
-            wrote it (own answers; 0 for the others').
+        own_keys: the asynchronous mode: the worker's ``(round tag, position)`` key of each own answer in ``pool``,
+            in its order (each own answer carries its ``version_gap``, ``Trajectory.version_gap``); None:
+            lock-step (the pool holds exactly the step's own answers).
         forget: the asynchronous mode: keys of own answers that expired unused.
     """
 
@@ -37,5 +36,4 @@ class UpdateRequest:
     omega_NN: Tensor
     cross_lower0: tuple[float, ...] | None = None
     own_keys: tuple[tuple[int, int], ...] | None = None
-    version_gaps: tuple[int, ...] | None = None
     forget: tuple[tuple[int, int], ...] = ()

@@ -87,17 +87,15 @@ class PoolTake:
 
     def trajectory_pool(self) -> TrajectoryPool:
         """The take as the step's pool the update code reads: the taken prompts in id order, each answer's
-        ``prompt_index`` its prompt's position among them."""
+        ``prompt_index`` its prompt's position among them, and on the learner's own answers their
+        ``version_gap``, the learner's version now minus the version that wrote them (the staleness correction's
+        gap, carried on the answer into the learner's row); 0 on the others'."""
         prompts = self.prompts
         position = {p: i for i, p in enumerate(prompts)}
-        trajectories = [dataclasses.replace(a.trajectory, prompt_index=position[a.prompt]) for a in self.answers]
+        trajectories = [dataclasses.replace(a.trajectory, prompt_index=position[a.prompt],
+                                            version_gap=self.version - a.version if a.author == self.learner else 0)
+                        for a in self.answers]
         return TrajectoryPool([self.problems[p] for p in prompts], trajectories)
-
-    def version_gaps(self) -> list[int]:
-        """Per taken answer, aligned with ``answers`` and ``trajectory_pool().trajectories`` (whose ``scored()``
-        keeps this order, leaving out unscorable ones): for the learner's own, its version now minus the version
-        that wrote it (the staleness correction's gap); 0 for the others'."""
-        return [self.version - a.version if a.author == self.learner else 0 for a in self.answers]
 
     def metrics(self) -> dict[str, float]:
         """Plain numbers to log: the reason counts, ``staleness_mean`` / ``staleness_max`` over the taken answers,

@@ -176,8 +176,7 @@ class AsyncLoop:
         bound = self.t.window.bounds(k) if self.t.window is not None else None
         pool = take.trajectory_pool()
         self._submit(k, "update", (take, rnd, pool, capability, omega, bound),
-                     self.t._update_request(pool, omega, bound, own_keys=tuple(own),
-                                            version_gaps=tuple(take.version_gaps()), forget=tuple(forget)))
+                     self.t._update_request(pool, omega, bound, own_keys=tuple(own), forget=tuple(forget)))
         self._prune()
 
     def update_done(self, k: int, payload: tuple, loss_metrics: dict[str, Any]) -> dict[str, float]:
