@@ -30,13 +30,12 @@ def _request(pool: TrajectoryPool, **fields) -> UpdateRequest:
 
 def test_a_request_is_frozen_and_survives_pickling_field_by_field():
     pool = TrajectoryPool(PROBLEMS, [Trajectory(1, 0, "x", True, -1.5, 2, reward=1.0)])
-    req = _request(pool, cross_lower0=(0.8, 0.3), own_keys=((3, 0),), forget=((1, 4),))
+    req = _request(pool, own_keys=((3, 0),), forget=((1, 4),))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        req.cross_lower0 = None  # type: ignore[misc]
+        req.own_keys = None  # type: ignore[misc]
     back = pickle.loads(pickle.dumps(req))  # what the ray backend sends
     assert back.pool.problems == PROBLEMS and back.pool.trajectories == pool.trajectories
     assert torch.equal(back.omega_NN, req.omega_NN)
-    assert back.cross_lower0 == (0.8, 0.3)
     assert (back.own_keys, back.forget) == (((3, 0),), ((1, 4),))
     assert _request(pool).own_keys is None and _request(pool).forget == ()
 

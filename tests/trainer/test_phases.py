@@ -1,6 +1,6 @@
 """The trainer's phases on hand-built inputs, without a model: what a step's metrics say about its pool, how
-the scorer's rewards come back into the pool, how each agent's update metrics and cross ratios reach that
-agent's keys and adaptive window, the data order, and the loop's cadence of evaluations and checkpoints.
+the scorer's rewards come back into the pool, how each agent's update metrics (its adaptive window's bounds
+among them) reach that agent's keys, the data order, and the loop's cadence of evaluations and checkpoints.
 
 The models of a real tiny trainer are swapped for a scripted backend (``Scripted``), so each value here is
 computed by hand; mutation testing (docs/mutation.md) runs these tests against the trainer's phase code.
@@ -21,7 +21,6 @@ import torch
 
 from hacrl.config import load_config
 from hacrl.core import CapabilityTracker
-from hacrl.core.window import CrossWindow
 from hacrl.errors import InputError
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
@@ -213,34 +212,20 @@ def test_a_step_without_answers_is_not_an_error(trainer):
 
 # ---- update metrics and cross ratios, each to its own agent -----------------------------------------------------
 
-def test_update_done_routes_metrics_timings_and_cross_ratios_to_the_learner(trainer):
-    window = trainer.window
-    ceiling = window.ceiling
+def test_update_done_routes_metrics_and_timings_to_the_learner(trainer):
+    # the adaptive window lives in each learner's worker (hacrl.learner.window): its bounds arrive as metrics
     timings: dict[str, float] = {}
-    metrics = {"busy_s": 2.5, "busy_forward_s": 1.0, "busy_backward_s": 0.5, "pg_loss": 0.3,
-               "cross_ratios": {0: [0.3, 0.6, 0.9, 1.1], 2: []}}
-    out = trainer._update_done(1, metrics, [0.7, 0.8, 0.6], timings)
-    # the bound b used for each source's answers; b's own entry (0.8) is not a cross bound
+    metrics = {"window_lower/a": 0.7, "window_lower/c": 0.6, "busy_s": 2.5, "busy_forward_s": 1.0,
+               "busy_backward_s": 0.5, "pg_loss": 0.3}
+    out = trainer._update_done(1, metrics, timings)
     assert out == {"agent/b/window_lower/a": 0.7, "agent/b/window_lower/c": 0.6, "agent/b/pg_loss": 0.3}
+    assert list(out) == ["agent/b/window_lower/a", "agent/b/window_lower/c", "agent/b/pg_loss"]
     assert timings == {"timing/update/b": 2.5, "timing/forward/b": 1.0, "timing/backward/b": 0.5}
-    # b's window for a's answers moved (as a window fed the same ratios would), for c's (no ratios) did not;
-    # no other learner's window moved
-    reference = CrossWindow(3, delta=trainer.cfg.algorithm.delta, target=window.target, floor=window.floor,
-                            smoothing=window.smoothing)
-    want = reference.observe(1, 0, torch.tensor([0.3, 0.6, 0.9, 1.1], dtype=torch.float64))  # 0.3: not a float32
-    assert want == 0.3  # the third largest ratio ≤ 1 (target 0.75 of 4), taken in float64
-    assert window.bounds(1) == [want, ceiling, ceiling]
-    assert window.bounds(0) == window.bounds(2) == [ceiling] * 3
-    # a source missing from the ratios (none of its answers reached this learner) leaves its bound alone
-    out = trainer._update_done(2, {"busy_s": 1.0, "cross_ratios": {1: [0.3]}}, [0.8, 0.8, 0.8], timings)
-    assert out == {"agent/c/window_lower/a": 0.8, "agent/c/window_lower/b": 0.8}
-    assert window.bounds(2) == [ceiling, 0.3, ceiling]
 
 
-def test_update_done_without_an_adaptive_window_keeps_every_metric(trainer):
-    trainer.window = None
+def test_update_done_keeps_every_metric(trainer):
     timings: dict[str, float] = {}
-    out = trainer._update_done(2, {"busy_s": 1.0, "kl": 0.25, "count/cross": 8}, None, timings)
+    out = trainer._update_done(2, {"busy_s": 1.0, "kl": 0.25, "count/cross": 8}, timings)
     assert out == {"agent/c/kl": 0.25, "agent/c/count/cross": 8}
     assert timings == {"timing/update/c": 1.0}
 
@@ -290,10 +275,9 @@ def test_a_scripted_step(trainer):
                  [answer(p, 2, "right" if k == 0 else "?") for p in range(b) for k in range(g)]]
     trainer.backend = Scripted(per_agent, [{"busy_s": 0.5, "tokens": 10.0}, {"busy_s": 1.5, "tokens": 20.0},
                                            {"busy_s": 2.0, "tokens": 30.0}],
-                               [{"busy_s": 1.0, "pg_loss": 0.1, "cross_ratios": {1: [0.9], 2: [1.0]}},
-                                {"busy_s": 2.0, "pg_loss": 0.2, "cross_ratios": {0: [0.95], 2: [1.0]}},
-                                {"busy_s": 3.0, "pg_loss": 0.3, "cross_ratios": {0: [1.0], 1: [0.9]}}])
-    trainer.window.lower_NN[1, 2] = 0.55  # one learner's bound for one source, moved by an earlier step
+                               [{"busy_s": 1.0, "pg_loss": 0.1},
+                                {"busy_s": 2.0, "pg_loss": 0.2, "window_lower/c": 0.55},  # b's worker's bound
+                                {"busy_s": 3.0, "pg_loss": 0.3}])
     ps = problems(b)
     trainer._train_iter, trainer.step_idx = iter(ps), 3  # a resumed run's fourth step
     metrics = trainer.step()
@@ -307,14 +291,9 @@ def test_a_scripted_step(trainer):
     # the capability tracker saw this step's scored answers: a 16/16, b 0/16, c 4/4
     tracker = CapabilityTracker(3, window=trainer.cfg.algorithm.capability_window)
     tracker.update(*_rewards_and_sources(per_agent))
-    for i, (request,) in enumerate(u_args):
-        pool, omega, bound = request.pool, request.omega_NN, request.cross_lower0
-        assert len(pool) == 3 * b * g
-        assert torch.equal(omega, tracker.omega_matrix())  # the one ω, the tracker's (its clamps applied)
-        want_bound = [0.8, 0.8, 0.8]
-        if i == 1:
-            want_bound[2] = 0.55
-        assert bound == pytest.approx(want_bound), i  # each learner got its own row of the window
+    for (request,) in u_args:
+        assert len(request.pool) == 3 * b * g and request.own_keys is None and request.forget == ()
+        assert torch.equal(request.omega_NN, tracker.omega_matrix())  # the one ω, the tracker's (its clamps)
     assert metrics["reward/ok"] == 2 * b * g + b and metrics["reward/none"] == b * (g - 1)
     assert [metrics[f"agent/{a}/unscorable"] for a in "abc"] == [0, 0, b * (g - 1)]
     assert [metrics[f"agent/{a}/rollout/tokens"] for a in "abc"] == [10.0, 20.0, 30.0]
@@ -340,7 +319,6 @@ def test_a_step_with_the_fixed_window_passes_no_bounds(tmp_path, monkeypatch):
     cfg = load_config("tiny-test", overrides=[THREE])
     t = Trainer(cfg, tmp_path, sinks=False)
     try:
-        assert t.window is None
         t.backend.close()
         b, g = cfg.trainer.batch_size, t.derived.group_size
         t.backend = Scripted([[answer(p, i, "right") for p in range(b) for _ in range(g)] for i in range(3)],
@@ -348,8 +326,6 @@ def test_a_step_with_the_fixed_window_passes_no_bounds(tmp_path, monkeypatch):
         monkeypatch.setattr(t, "score", scripted_score)
         t._train_iter = iter(problems(b))
         metrics = t.step()
-        (_, _, _), (_, u_args, _) = t.backend.calls
-        assert [args[0].cross_lower0 for args in u_args] == [None, None, None]  # 1 − δ, in the loss settings
         assert not any("window_lower" in k for k in metrics) and metrics["agent/c/pg_loss"] == 0.5
     finally:
         t.close()

@@ -71,3 +71,12 @@ def from_checkpoint(path: Path, load: Any) -> Any:
                                 f"({type(exc).__name__}: {lines[0][:160] if lines else ''}); resume from an "
                                 f"earlier checkpoint (--resume <checkpoints/step-*>) or start over (--overwrite)"
                                 ) from None
+
+
+def quiet_transformers() -> None:
+    """No progress bars or info lines from transformers in this process (a Ray actor's would interleave in the
+    driver's output)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()

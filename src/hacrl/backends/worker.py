@@ -40,7 +40,7 @@ from hacrl.backends.data_parallel import (
     weights_digest,
 )
 from hacrl.backends.divergence import check_update, diverged, diverges_in
-from hacrl.backends.loading import from_checkpoint, load_worker_agent
+from hacrl.backends.loading import from_checkpoint, load_worker_agent, quiet_transformers
 from hacrl.backends.own_answers import PENDING_FILE, OwnAnswers
 from hacrl.backends.resolve import agent_seed, make_engine
 from hacrl.config import Config, Derived
@@ -50,13 +50,13 @@ from hacrl.learner.old_logprobs import prox_logprobs, recompute_logprobs
 from hacrl.learner.request import UpdateRequest
 from hacrl.learner.update import (
     LossSettings,
-    ViewRow,
     assign_advantages,
     build_view,
     correct_stale_rows,
     minibatches,
     update_learner,
 )
+from hacrl.learner.window import WINDOW_FILE, LearnerWindow
 from hacrl.rollout import SamplingParams
 from hacrl.rollout.base import logprob_gap
 from hacrl.types import Trajectory
@@ -78,15 +78,10 @@ class AgentWorker:
                  world: int = 1, defer_setup: bool = False, quiet: bool = False) -> None:
         os.environ.update(env or {})
         if quiet:  # a Ray actor: no per-process progress bars interleaved in the driver's output
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
-            hf_logging.set_verbosity_error()
+            quiet_transformers()
         if threads:
             torch.set_num_threads(threads)
-        self.cfg = cfg
-        self.index = index
-        self.rank, self.world = rank, world
+        self.cfg, self.index, self.rank, self.world = cfg, index, rank, world
         os.environ["HACRL_RANK"] = str(rank)  # rank-targeted failpoints (hacrl.failpoints)
         self.dp_group: Any = None  # set by init_data_parallel
         self.spec = cfg.agents[index]
@@ -99,6 +94,7 @@ class AgentWorker:
         self.step_idx = step
         self._resume_from = resume_from
         self.own = OwnAnswers(index, self.spec.id)  # own answers' tokens, kept from rollout to update
+        self.window = LearnerWindow.for_run(cfg, index)  # the adaptive cross window's ℓ_0 per source, or None
         if not defer_setup:
             self.setup()
 
@@ -115,6 +111,10 @@ class AgentWorker:
         pending = resume_from / "agents" / self.spec.id / PENDING_FILE if resume_from else None
         if pending is not None and pending.is_file():
             self.step_idx = self.own.load(pending)
+        if self.window is not None and resume_from:
+            window = self.window
+            from_checkpoint(resume_from / "agents" / self.spec.id / WINDOW_FILE,
+                            lambda: window.restore(resume_from, self.spec.id))
 
     @property
     def _rng_file(self) -> str:
@@ -183,32 +183,33 @@ class AgentWorker:
     def update(self, request: UpdateRequest) -> dict[str, Any]:
         """Train on ``request.pool``; the worker's own answers get back their token ids and log-probs.
 
-        ``request.cross_lower0``: the adaptive cross window's ℓ_0 per source agent (None: the fixed 1 − δ); then
-        the result also holds ``cross_ratios``, source → the ratios of that source's answers the update saw.
+        With the adaptive cross window (``LearnerWindow``) the update uses this learner's ℓ_0 per source, feeds
+        the window the cross ratios it saw, and the result holds the bounds used (``window_lower/<source id>``).
 
         The asynchronous mode (docs/async.md) passes ``own_keys`` (used up here) and ``forget``. Own answers whose
         ``version_gap`` > 0 train against π_prox, this version's pass, with the staleness weight
         (``correct_stale_rows``); the result then holds ``staleness_is/*``."""
         start = time.perf_counter()
-        cross_lower0 = request.cross_lower0
         pool = self.own.attach(request.pool, request.own_keys)
         self.own.forget(request.forget)
         agent, cfg = self.agent, self.cfg
         prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
         rows = build_view(agent, pool, self.algo, prompts)
-        stale_metrics = correct_stale_rows(
-            rows, self._prox_logps, mode=cfg.async_.staleness_correction, cap=cfg.async_.staleness_cap,
+        stale_metrics = correct_stale_rows(rows, lambda stale: prox_logprobs(
+            agent, [r.prompt_ids for r in stale], [r.answer_ids for r in stale], cfg.trainer.micro_batch_size),
+            mode=cfg.async_.staleness_correction, cap=cfg.async_.staleness_cap,
             max_log_ratio=cfg.algorithm.max_log_ratio, engine_behaviour=self.derived.rollout_correction != "off",
         ) if cfg.trainer.mode == "async" else {}
         assign_advantages(rows, agent.index, self.algo, request.omega_NN)
         mbs = minibatches(rows, self.derived.minibatch_size, self.derived.rows_per_prompt,
                           seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
         self._sleep_engine_for_training()
-        ratios: dict[int, list[float]] | None = {} if cross_lower0 is not None else None
+        lower0 = self.window.bounds() if self.window is not None else None
+        ratios: dict[int, list[float]] | None = {} if lower0 is not None else None
         metrics: dict[str, Any] = update_learner(
             agent, mbs, self.algo, self.settings, micro_batch_size=cfg.trainer.micro_batch_size,
             grad_clip=self.spec.grad_clip, dp_group=self.dp_group, shared_prompt=cfg.trainer.shared_prompt_forward,
-            cross_lower0=cross_lower0, observed_ratios=ratios)
+            cross_lower0=lower0, observed_ratios=ratios)
         check_update(agent.model, metrics, self.spec, self.step_idx + 1)
         sync = getattr(self.engine, "sync_weights", None)
         self._wake_up(gather=sync is None)  # an engine with weights of its own: pushed from the shards
@@ -220,13 +221,9 @@ class AgentWorker:
         metrics["truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
         metrics.update(stale_metrics)
         metrics["busy_s"] = time.perf_counter() - start
-        if ratios is not None:
-            metrics["cross_ratios"] = ratios
+        if self.window is not None and lower0 is not None and ratios is not None:
+            metrics = {**self.window.observe(lower0, ratios), **metrics}  # the bounds first, as logged before
         return metrics
-
-    def _prox_logps(self, rows: list[ViewRow]) -> list[tuple[float, ...]]:
-        return prox_logprobs(self.agent, [r.prompt_ids for r in rows], [r.answer_ids for r in rows],
-                             self.cfg.trainer.micro_batch_size)
 
     def generate_answers(self, prompts: list[str], params: SamplingParams, batch_size: int = 256) -> list[Trajectory]:
         """Answers for evaluation, ``batch_size`` prompts per engine call: unscored trajectories (prompt index,
@@ -262,6 +259,8 @@ class AgentWorker:
         torch.save(self._rng, path / self._rng_file)
         if self.cfg.trainer.mode == "async" and self.rank == 0:
             self.own.save(path / PENDING_FILE, self.step_idx)
+        if self.window is not None and self.rank == 0:
+            self.window.save(path)
 
     def pending_keys(self) -> list[tuple[int, int]]:
         """The ``(tag, position)`` of the own answers kept for a later update (tests and the checkpoint's check)."""

@@ -25,7 +25,6 @@ class UpdateRequest:
             ids: the worker fills in its own answers' tokens.
         omega_NN: float[N, N], the driver's ω^(k,j) (``CapabilityTracker.omega_matrix``, its clamps applied):
             the learner's row weighs its baseline (eq. 7), the column its cross answers' loss (eq. 50).
-        cross_lower0: the adaptive cross window's ℓ_0 per source agent; None: the fixed 1 − δ.
         own_keys: the asynchronous mode: the worker's ``(round tag, position)`` key of each own answer in ``pool``,
             in its order (each own answer carries its ``version_gap``, ``Trajectory.version_gap``); None:
             lock-step (the pool holds exactly the step's own answers).
@@ -34,6 +33,5 @@ class UpdateRequest:
 
     pool: TrajectoryPool
     omega_NN: Tensor
-    cross_lower0: tuple[float, ...] | None = None
     own_keys: tuple[tuple[int, int], ...] | None = None
     forget: tuple[tuple[int, int], ...] = ()

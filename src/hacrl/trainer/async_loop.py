@@ -173,19 +173,18 @@ class AsyncLoop:
             self.start_round(k)
             return
         capability, omega = self.capability.capability, self.capability.omega_matrix()
-        bound = self.t.window.bounds(k) if self.t.window is not None else None
         pool = take.trajectory_pool()
-        self._submit(k, "update", (take, rnd, pool, capability, omega, bound),
-                     self.t._update_request(pool, omega, bound, own_keys=tuple(own), forget=tuple(forget)))
+        self._submit(k, "update", (take, rnd, pool, capability, omega),
+                     self.t._update_request(pool, omega, own_keys=tuple(own), forget=tuple(forget)))
         self._prune()
 
     def update_done(self, k: int, payload: tuple, loss_metrics: dict[str, Any]) -> dict[str, float]:
         """Agent k's new version; its metrics line."""
-        take, rnd, pool, capability, omega, bound = payload
+        take, rnd, pool, capability, omega = payload
         agent_id, prefix = self.t.agent_ids[k], f"agent/{self.t.agent_ids[k]}/"
         timings: dict[str, float] = {}
         line = dict(rnd.metrics)
-        line.update(self.t._update_done(k, loss_metrics, bound, timings))
+        line.update(self.t._update_done(k, loss_metrics, timings))
         line.update(timings)
         self.busy[k] += timings[f"timing/update/{agent_id}"]
         self.versions[k] += 1
@@ -347,8 +346,6 @@ def save_async_checkpoint(t: Trainer, loop: AsyncLoop) -> Any:
     assert not loop.inflight, "a checkpoint is taken at a cut"
     state = {"step": t.step_idx, "data_pos": t.data_pos, "tracker": t.tracker.state_dict(), "rng": ckpt.rng_state(),
              "async": loop.state_dict()}
-    if t.window is not None:
-        state["window"] = t.window.state_dict()
     manifest = {"agents": [{"id": a.id, "model": a.model} for a in t.cfg.agents], "algorithm": t.cfg.algorithm.name,
                 "mode": "async", "versions": list(loop.versions)}
     ids = t.agent_ids

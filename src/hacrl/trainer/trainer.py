@@ -35,10 +35,9 @@ from hacrl.backends import AgentFailure, make_backend
 from hacrl.backends.resolve import resolve_model_path
 from hacrl.config import Config, ConfigError, derive, dump_config, recompute_old_logprobs, resume_conflict
 from hacrl.core import CapabilityTracker
-from hacrl.core.window import CrossWindow
 from hacrl.data.factory import build_task, task_scorer
 from hacrl.errors import InputError
-from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
+from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.request import UpdateRequest
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
@@ -116,10 +115,6 @@ class Trainer:
         self._seed_everything(cfg.run.seed)
         self.agent_ids = [a.id for a in cfg.agents]
         self.tracker = CapabilityTracker(len(cfg.agents), window=cfg.algorithm.capability_window)
-        alg = cfg.algorithm
-        self.window = (CrossWindow(len(cfg.agents), delta=alg.delta, target=alg.window_target,
-                                   floor=alg.window_floor, smoothing=alg.window_smoothing)
-                       if adaptive_window(ALGORITHMS.get(alg.name), alg.cross_window) else None)
         if resume_from:
             self._restore(resume_from)
         self._train_iter = itertools.islice(self.task.train_problems(cfg.run.seed), self.data_pos, None)
@@ -178,8 +173,7 @@ class Trainer:
         self.data_pos = state["data_pos"]
         self.tracker.load_state_dict(state["tracker"])
         self._async_state = state.get("async")  # the asynchronous mode's loop (hacrl.trainer.async_loop)
-        if self.window is not None:
-            self.window.load_state_dict(state["window"])
+        # an older checkpoint's "window" (the adaptive cross window): each worker takes its row (LearnerWindow)
         ckpt.set_rng_state(state["rng"])
 
     def _truncate_logs(self, step: int) -> None:
@@ -277,13 +271,10 @@ class Trainer:
             rewards, sources = pool.rewards_and_sources()
             self.tracker.update(rewards, sources)
             capability, omega = self.tracker.capability, self.tracker.omega_matrix()
-        n = len(self.agent_ids)
-        bounds = [self.window.bounds(i) if self.window is not None else None for i in range(n)]
         with timed(timings, "update"):
-            results = self.backend.call("update", [(self._update_request(pool, omega, bounds[i]),)
-                                                   for i in range(n)])
+            results = self.backend.call("update", [(self._update_request(pool, omega),)] * len(self.agent_ids))
         for i, loss_metrics in enumerate(results):
-            metrics.update(self._update_done(i, loss_metrics, bounds[i], timings))
+            metrics.update(self._update_done(i, loss_metrics, timings))
         for phase in ("rollout", "update"):
             # >1: agents worked at the same time (Ray, own devices); 1: one after the other
             busy = sum(timings[f"timing/{phase}/{a}"] for a in self.agent_ids)
@@ -294,32 +285,17 @@ class Trainer:
         self._write_samples(pool)
         return metrics
 
-    def _update_request(self, pool: TrajectoryPool, omega: torch.Tensor, bound: list[float] | None,
-                        **async_fields: Any) -> UpdateRequest:
-        return UpdateRequest(pool, omega, None if bound is None else tuple(bound), **async_fields)
+    @staticmethod
+    def _update_request(pool: TrajectoryPool, omega: torch.Tensor, **async_fields: Any) -> UpdateRequest:
+        return UpdateRequest(pool, omega, **async_fields)
 
-    def _update_done(self, i: int, loss_metrics: dict[str, Any], bound: list[float] | None,
-                     timings: dict[str, float]) -> dict[str, float]:
-        """Agent ``i``'s update metrics as ``agent/<id>/*`` (the adaptive window fed its cross ratios); its busy
-        seconds and sub-phases into ``timings``."""
-        agent_id, out = self.agent_ids[i], {}
+    def _update_done(self, i: int, loss_metrics: dict[str, Any], timings: dict[str, float]) -> dict[str, float]:
+        """Agent ``i``'s update metrics as ``agent/<id>/*`` (with the adaptive window, ``window_lower/<source>``:
+        the bounds its worker used); its busy seconds and sub-phases into ``timings``."""
+        agent_id = self.agent_ids[i]
         timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
-        if self.window is not None:
-            out.update(self._observe_window(i, bound, loss_metrics.pop("cross_ratios")))
         timings.update(sub_phase_timings(loss_metrics, agent_id))
-        out.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
-        return out
-
-    def _observe_window(self, learner: int, used: list[float] | None, ratios: dict[int, list[float]]
-                        ) -> dict[str, float]:
-        """Feed the adaptive window the cross ratios ``learner`` saw; log the ℓ_0 it used per source."""
-        assert self.window is not None and used is not None
-        out = {}
-        for j, b in enumerate(self.agent_ids):
-            if j != learner:
-                out[f"agent/{self.agent_ids[learner]}/window_lower/{b}"] = used[j]
-                self.window.observe(learner, j, torch.tensor(ratios.get(j, []), dtype=torch.float64))
-        return out
+        return {f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()}
 
     def _pool_metrics(self, pool: TrajectoryPool, capability: torch.Tensor, omega: torch.Tensor
                       ) -> dict[str, float]:
@@ -419,8 +395,6 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         state = {"step": self.step_idx, "data_pos": self.data_pos, "tracker": self.tracker.state_dict(),
                  "rng": ckpt.rng_state()}
-        if self.window is not None:
-            state["window"] = self.window.state_dict()
         manifest = {"agents": [{"id": a.id, "model": a.model} for a in self.cfg.agents],
                     "algorithm": self.cfg.algorithm.name}
         ids = self.agent_ids
