@@ -149,7 +149,7 @@ class AsyncLoop:
         if done:
             self.capability.observe_answers(torch.tensor([a.reward for a in done], dtype=torch.float64),
                                             torch.tensor([a.prompt for a in done]),
-                                            torch.tensor([a.author for a in done]))
+                                            torch.tensor([a.source for a in done]))
         rnd.scored_at = time.perf_counter()
         self.held[k] = rnd
         self._since[k] = rnd.scored_at
@@ -167,8 +167,8 @@ class AsyncLoop:
         rnd = self.held.pop(k)
         take = self.pool.take(k, self.versions[k], self.bound)
         keys = self.own_keys[k]
-        own = [keys.pop(a.uid) for a in take.answers if a.author == k]
-        forget = [keys.pop(a.uid) for a in take.expired if a.author == k]
+        own = [keys.pop(a.uid) for a in take.answers if a.source == k]
+        forget = [keys.pop(a.uid) for a in take.expired if a.source == k]
         if not take.answers:  # nothing to train on (every own answer expired): the next round
             self.start_round(k)
             return
@@ -210,7 +210,7 @@ class AsyncLoop:
                 out[f"{a}/staleness/{name.removeprefix('staleness_')}"] = v
             else:
                 out[f"{a}/async/{name}" + (f"/{ids[int(source)]}" if source else "")] = v
-        joint = {p for p in take.prompts if len({x.author for x in take.answers if x.prompt == p}) > 1}
+        joint = {p for p in take.prompts if len({x.source for x in take.answers if x.prompt == p}) > 1}
         out[f"{a}/async/joint_frac"] = len(joint) / max(len(take.prompts), 1)
         acc = self.pool.accounting()
         out["pool/held"], out["pool/added"] = len(self.pool), acc["added"]
