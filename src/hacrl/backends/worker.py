@@ -221,8 +221,8 @@ class AgentWorker:
         metrics["truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
         metrics.update(stale_metrics)
         metrics["busy_s"] = time.perf_counter() - start
-        if self.window is not None and lower0 is not None and ratios is not None:
-            metrics = {**self.window.observe(lower0, ratios), **metrics}  # the bounds first, as logged before
+        if self.window is not None:  # the bounds it used first, as logged before the window moved here
+            metrics = {**self.window.observe(lower0 or [], ratios or {}), **metrics}
         return metrics
 
     def generate_answers(self, prompts: list[str], params: SamplingParams, batch_size: int = 256) -> list[Trajectory]:

@@ -146,7 +146,7 @@ def hacpo_advantages(
         float32[B].
     """
     _check_flat(rewards=rewards, group_ids=group_ids, source_ids=source_ids)
-    if capability is not None and omega is not None or capability is None and omega is None:
+    if (capability is None) == (omega is None):
         raise ValueError("give exactly one of capability (ω from P̂, default clamps) and omega (ω^(k,·))")
     name, per_agent_N = ("capability", capability) if capability is not None else ("omega", omega)
     assert per_agent_N is not None

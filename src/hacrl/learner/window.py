@@ -58,15 +58,13 @@ class LearnerWindow:
     def load_state_dict(self, state: dict) -> None:
         """This learner's state, or the trainer's N×N ``CrossWindow`` state of an older checkpoint (its row)."""
         n = len(self.ids)
-        if "lower_NN" in state:
-            full = CrossWindow(n, delta=1.0 - self.window.ceiling, target=self.window.target,
-                               floor=self.window.floor, smoothing=self.window.smoothing)
-            full.load_state_dict(state)  # checks the shape
-            lower, seen = full.lower_NN[self.learner], full.seen_NN[self.learner]
-        else:
-            lower, seen = state["lower_N"], state["seen_N"]
-            if tuple(lower.shape) != (n,) or tuple(seen.shape) != (n,):
-                raise ValueError(f"cross-window state is for {lower.shape[0]} agents, this run has {n}")
+        old = "lower_NN" in state
+        lower, seen = (state["lower_NN"], state["seen_NN"]) if old else (state["lower_N"], state["seen_N"])
+        shape = (n, n) if old else (n,)
+        if tuple(lower.shape) != shape or tuple(seen.shape) != shape:
+            raise ValueError(f"cross-window state is for {lower.shape[0]} agents, this run has {n}")
+        if old:
+            lower, seen = lower[self.learner], seen[self.learner]
         self.window.lower_NN[self.learner] = lower.to(torch.float64)
         self.window.seen_NN[self.learner] = seen.to(torch.bool)
 
