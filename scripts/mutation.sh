@@ -19,8 +19,8 @@ if [ "$#" -eq 0 ]; then set -- 'hacrl.core.*' 'hacrl.learner.*'; RUN_PHASES=1; e
 # the trainer's phase code: its tests (tests/trainer) lie outside mutmut's selection, so its mutants run against
 # them here, forked from one warm process as mutmut runs its own (scripts/mutation_recheck.py)
 if [ "$RUN_PHASES" -eq 1 ]; then
-  PHASES=(step train _score _pool_metrics _write_samples _rollout _rollout_done _update_done _observe_window
-          _next_problems _sampling_params _update_args _needs_recompute)
+  PHASES=(step train _score _pool_metrics _write_samples _rollout _rollout_done _update_done
+          _next_problems _sampling_params _update_request _needs_recompute)
   PATTERNS=('hacrl.trainer.trainer.x_rescue_share__*' 'hacrl.trainer.trainer.x_sub_phase_timings__*')
   for f in "${PHASES[@]}"; do PATTERNS+=("hacrl.trainer.trainer.xǁTrainerǁ${f}__*"); done
   "$VENV/bin/python" scripts/mutation_recheck.py --record-survivors "${PATTERNS[@]}" -- tests/trainer
