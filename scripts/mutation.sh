@@ -20,7 +20,7 @@ if [ "$#" -eq 0 ]; then set -- 'hacrl.core.*' 'hacrl.learner.*'; RUN_PHASES=1; e
 # them here, forked from one warm process as mutmut runs its own (scripts/mutation_recheck.py)
 if [ "$RUN_PHASES" -eq 1 ]; then
   LOOP=(step train _train_lockstep _write_samples _rollout checkpoint_state)
-  PHASES=(score update_args update_metrics cross_lower0 _observe_window build)
+  PHASES=(score update_request update_metrics build)
   PATTERNS=()
   for f in rescue_share sub_phase_timings pool_metrics rollout_metrics; do
     PATTERNS+=("hacrl.trainer.phases.x_${f}__*")

@@ -54,6 +54,9 @@ class Trajectory:
             engine's (π_old recomputed by the source's training pass): the behaviour policy of the rollout
             correction (``hacrl.core.correction``). None: ``logp_sum`` is the engine's, behaviour and π_old are
             one pass. Likewise filled in by the source's own worker only.
+        version_gap: the asynchronous mode (docs/async.md), on an answer handed back to its author's update: the
+            author's version now minus the version that wrote it (``PoolTake.trajectory_pool`` sets it; the
+            staleness correction reads it from the learner's row); 0 everywhere else.
     """
 
     prompt_index: int
@@ -66,6 +69,7 @@ class Trajectory:
     token_ids: tuple[int, ...] = ()
     token_logps: tuple[float, ...] = ()
     behav_logp_sum: float | None = None
+    version_gap: int = 0
 
     @property
     def logp_mean(self) -> float:

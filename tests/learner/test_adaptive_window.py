@@ -77,7 +77,7 @@ def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy
     from hacrl.core import omega_matrix
     from hacrl.learner.update import assign_advantages
     cap = torch.tensor([0.2, 0.8])
-    assign_advantages([r for mb in mbs for r in mb], 0, ALGORITHMS.get("hacpo"), omega_matrix(cap), cap)
+    assign_advantages([r for mb in mbs for r in mb], 0, ALGORITHMS.get("hacpo"), omega_matrix(cap))
     seen: dict[int, list[float]] = {}
     update_learner(agent, mbs, ALGORITHMS.get("hacpo"), SETTINGS, micro_batch_size=64, grad_clip=1.0,
                    cross_lower0=[0.9, 0.3], observed_ratios=seen)

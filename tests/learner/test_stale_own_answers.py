@@ -16,6 +16,8 @@ import torch
 
 from hacrl.backends.worker import AgentWorker
 from hacrl.config import load_config
+from hacrl.learner.old_logprobs import recompute_logprobs
+from hacrl.learner.request import UpdateRequest
 from hacrl.pool import TrajectoryPool
 from hacrl.rollout import SamplingParams
 from hacrl.rollout.base import Sample
@@ -41,9 +43,9 @@ def scored_pool(answers, problems) -> TrajectoryPool:
 def prox_means(worker: AgentWorker, pool: TrajectoryPool, keys) -> list[float]:
     """The learner's mean log-prob of each kept own answer now (π_prox), from a pass of our own."""
     rendered = [worker.agent.render_prompt(p.prompt) for p in pool.problems]
-    samples = [worker._own[k] for k in keys]
-    out = worker._recompute_logprobs(rendered, [Sample(s.prompt_index, s.token_ids, s.logps, s.finished)
-                                                for s in samples])
+    samples = [worker.own[k] for k in keys]
+    out = recompute_logprobs(worker.agent, rendered, [Sample(s.prompt_index, s.token_ids, s.logps, s.finished)
+                                                      for s in samples], worker.cfg.trainer.micro_batch_size)
     return [sum(s.logps) / len(s.logps) for s in out]
 
 
@@ -55,11 +57,11 @@ def test_a_stale_own_answer_trains_against_pi_prox_with_the_staleness_weight(spy
                for tag, ps in enumerate(rounds)]
     keys = [[(tag, i) for i in range(len(a))] for tag, a in enumerate(answers)]
     assert worker.pending_keys() == keys[0] + keys[1]
-    omega, cap = torch.ones(1, 1), torch.ones(1)
+    omega = torch.ones(1, 1)
 
     # round 1 at version 0: fresh, weight 1, π_old the rollout's
-    fresh = worker.update(scored_pool(answers[1], rounds[1]), omega, cap, 4, 2, own_keys=keys[1],
-                          version_gaps=[0] * len(answers[1]))
+    fresh = worker.update(UpdateRequest(scored_pool(answers[1], rounds[1]), omega,
+                                        own_keys=tuple(keys[1])))
     assert fresh["staleness_is/stale_frac"] == 0.0
     assert worker.step_idx == 1 and worker.pending_keys() == keys[0]
     rollout_means = sorted(t.logp_mean for t in answers[1])
@@ -69,7 +71,7 @@ def test_a_stale_own_answer_trains_against_pi_prox_with_the_staleness_weight(spy
     worker.save(tmp_path / "agents" / "a")
     restored = make_worker(resume_from=tmp_path)
     assert restored.step_idx == 1 and restored.pending_keys() == keys[0]
-    assert [restored._own[k] for k in keys[0]] == [worker._own[k] for k in keys[0]]
+    assert [restored.own[k] for k in keys[0]] == [worker.own[k] for k in keys[0]]
 
     # round 0 at version 1: gap 1 → π_old = π_prox, weight min(exp(π_prox − π_behav), 1.5) per answer
     pool = scored_pool(answers[0], rounds[0])
@@ -77,7 +79,8 @@ def test_a_stale_own_answer_trains_against_pi_prox_with_the_staleness_weight(spy
     behav = [t.logp_mean for t in answers[0]]
     assert max(abs(p - b) for p, b in zip(prox, behav, strict=True)) > 1e-4  # the update moved the policy
     calls = len(spy)
-    stale = worker.update(pool, omega, cap, 4, 2, own_keys=keys[0], version_gaps=[1] * len(answers[0]))
+    pool = TrajectoryPool(pool.problems, [dataclasses.replace(t, version_gap=1) for t in pool.trajectories])
+    stale = worker.update(UpdateRequest(pool, omega, own_keys=tuple(keys[0])))
     inputs = [c.inputs for c in spy[calls:]]
     got = sorted(zip(torch.cat([i.old_logp_mean_B for i in inputs]).tolist(),
                      torch.cat([i.rollout_weight_B for i in inputs]).tolist(), strict=True))
@@ -92,5 +95,5 @@ def test_an_update_naming_answers_the_worker_does_not_keep_fails_with_the_agent(
     params = SamplingParams(n=2, temperature=1.0, top_p=1.0, max_new_tokens=4)
     answers, _ = worker.rollout([p.prompt for p in PROBLEMS[:1]], params, recompute=False, tag=0)
     with pytest.raises(RuntimeError, match="agent a: .* not kept here"):
-        worker.update(scored_pool(answers, PROBLEMS[:1]), torch.ones(1, 1), torch.ones(1), 2, 2,
-                      own_keys=[(5, 0), (5, 1)], version_gaps=[0, 0])
+        worker.update(UpdateRequest(scored_pool(answers, PROBLEMS[:1]), torch.ones(1, 1),
+                                    own_keys=((5, 0), (5, 1))))

@@ -54,9 +54,9 @@ def test_a_stronger_sources_answer_gets_omega_above_one():
     # lookup would give 0.5 and 2.
     cap = torch.tensor([0.2, 0.4, 0.8])
     rows = [ViewRow(0, src, src == 1, [1], [2], 0.0, None, reward) for src, reward in ((1, 1.0), (2, 0.0), (0, 1.0))]
-    assign_advantages(rows, 1, ALGORITHMS.get("hacpo"), omega_matrix(cap), cap)
+    assign_advantages(rows, 1, ALGORITHMS.get("hacpo"), omega_matrix(cap))
     assert [r.omega for r in rows] == pytest.approx([1.0, 2.0, 0.5])
-    assign_advantages(rows, 1, ALGORITHMS.get("hacpo-noomega"), omega_matrix(cap), cap)
+    assign_advantages(rows, 1, ALGORITHMS.get("hacpo-noomega"), omega_matrix(cap))
     assert [r.omega for r in rows] == [1.0, 1.0, 1.0]
 
 
@@ -68,7 +68,7 @@ def test_the_baseline_weighs_each_answer_by_omega_learner_source():
     cap = torch.tensor([0.2, 0.8])
     rows = [ViewRow(0, src, src == 0, [1], [2], 0.0, None, reward)
             for src, reward in ((0, 1.0), (0, 0.0), (1, 1.0), (1, 1.0))]
-    assign_advantages(rows, 0, ALGORITHMS.get("hacpo"), omega_matrix(cap), cap)
+    assign_advantages(rows, 0, ALGORITHMS.get("hacpo"), omega_matrix(cap))
     assert [r.advantage for r in rows] == pytest.approx([1.25, -0.75, 1.25, 1.25], rel=1e-5)
     assert [r.omega for r in rows] == pytest.approx([1.0, 1.0, 4.0, 4.0])  # the update's ω^(1,0) = 0.8/0.2
 
@@ -118,7 +118,7 @@ def ablation_minibatches(agent) -> list[list[ViewRow]]:
 def run_algorithm(name: str, agent, mbs, spy) -> list:  # the spy's Call records (conftest.py)
     mbs = copy.deepcopy(mbs)
     algo = ALGORITHMS.get(name)
-    assign_advantages([r for mb in mbs for r in mb], 0, algo, omega_matrix(CAP), CAP)
+    assign_advantages([r for mb in mbs for r in mb], 0, algo, omega_matrix(CAP))
     start = len(spy)
     update_learner(agent, mbs, algo, SETTINGS, micro_batch_size=64, grad_clip=1.0)
     return spy[start:]
@@ -259,7 +259,7 @@ def test_imitation_advantages_are_gspos_over_own_answers():
     cap = torch.tensor([0.2, 0.8])
     rows = [ViewRow(0, src, src == 0, [1], [2], 0.0, None, reward)
             for src, reward in ((0, 1.0), (0, 0.0), (1, 1.0), (1, 1.0))]
-    assign_advantages(rows, 0, ALGORITHMS.get("imitation"), omega_matrix(cap), cap)
+    assign_advantages(rows, 0, ALGORITHMS.get("imitation"), omega_matrix(cap))
     assert [r.advantage for r in rows] == pytest.approx([0.7071068, -0.7071068, 0.0, 0.0], rel=1e-5)
     assert [r.omega for r in rows] == [1.0] * 4
 
@@ -275,7 +275,7 @@ def imitation_rows(agent) -> list[ViewRow]:
     logp_BT, _, mask_BT = _forward(agent, rows, True, [False] * len(rows))
     for r, mean in zip(rows, ((logp_BT * mask_BT).sum(-1) / mask_BT.sum(-1)).tolist(), strict=True):
         r.old_logp_mean = mean
-    assign_advantages(rows, 0, ALGORITHMS.get("imitation"), omega_matrix(CAP), CAP)
+    assign_advantages(rows, 0, ALGORITHMS.get("imitation"), omega_matrix(CAP))
     return rows
 
 
@@ -311,7 +311,7 @@ def test_imitation_with_lambda_zero_is_gspo_on_the_own_answers(spy, micro):
     im = update_learner(agent, [copy.deepcopy(rows)], ALGORITHMS.get("imitation"),
                         dataclasses.replace(SETTINGS, imitation_coef=0.0), micro_batch_size=micro, grad_clip=1e9)
     own = copy.deepcopy([r for r in rows if r.is_own])
-    assign_advantages(own, 0, ALGORITHMS.get("gspo"), omega_matrix(CAP), CAP)
+    assign_advantages(own, 0, ALGORITHMS.get("gspo"), omega_matrix(CAP))
     assert [r.advantage for r in own] == [r.advantage for r in rows[:2]]
     gs = update_learner(agent, [own], ALGORITHMS.get("gspo"), SETTINGS, micro_batch_size=micro, grad_clip=1e9)
     assert im["grad_norm"] > 1e-3

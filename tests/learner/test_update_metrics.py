@@ -40,7 +40,7 @@ def referenced_agent():
 def run(agent, algo_name: str, kl_coef: float, spy, *, shared: bool = True) -> dict[str, float]:
     rows = rows_of(agent)
     algo = ALGORITHMS.get(algo_name)
-    assign_advantages(rows, 0, algo, omega_matrix(CAP), CAP)
+    assign_advantages(rows, 0, algo, omega_matrix(CAP))
     settings = dataclasses.replace(SETTINGS, kl_coef=kl_coef)
     return update_learner(agent, [rows], algo, settings, micro_batch_size=64, grad_clip=1.0, shared_prompt=shared)
 
@@ -90,7 +90,7 @@ def test_grad_norm_is_the_row_weighted_mean_over_minibatches(spy, monkeypatch):
     agent = make_agent()
     rows = rows_of(agent)
     algo = ALGORITHMS.get("hacpo")
-    assign_advantages(rows, 0, algo, omega_matrix(CAP), CAP)
+    assign_advantages(rows, 0, algo, omega_matrix(CAP))
     norms = iter([1.0, 3.0])
     monkeypatch.setattr(update, "clip_grad_norm", lambda model, max_norm: next(norms))
     # minibatches of 1 and 3 rows: (1·1 + 3·3) / 4

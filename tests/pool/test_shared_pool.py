@@ -18,6 +18,11 @@ from hacrl.pool.shared import SharedPool
 from hacrl.types import Problem, Trajectory
 
 
+def gaps(take) -> list[int]:
+    """The version gap each taken answer carries into the update's pool (``Trajectory.version_gap``)."""
+    return [x.version_gap for x in take.trajectory_pool().trajectories]
+
+
 def problem(pid: int) -> Problem:
     return Problem(f"p{pid}", f"question {pid}", str(pid))
 
@@ -52,7 +57,7 @@ def test_a_sequence_of_rounds_by_hand():
 
     # agent 0 at version 0, bound 1: its 4 answers, and agent 1's answer to prompt 0
     t = pool.take(0, 0, bound=1)
-    assert uids(t) == [0, 1, 4, 2, 3]  # (prompt, author, arrival) order
+    assert uids(t) == [0, 1, 4, 2, 3]  # (prompt, source, arrival) order
     assert t.staleness == (0,) * 5 and t.expired == ()
     assert t.counts == {"own_fresh": 4, "own_stale": 0, "cross": 1, "waiting_cross": 0, "expired_own": 0,
                         "expired_cross": 0}
@@ -72,7 +77,7 @@ def test_a_sequence_of_rounds_by_hand():
     t = pool.take(1, 1, bound=1)
     assert uids(t) == [2, 3, 7] and t.staleness == (1, 1, 0)
     assert t.counts["cross"] == 2 and t.counts["waiting_cross"] == 2  # agent 0's prompt-2 answers
-    assert t.version_gaps() == [0, 0, 0]  # own answer written by this version; cross answers get no gap
+    assert gaps(t) == [0, 0, 0]  # own answer written by this version; cross answers get no gap
 
     # agent 1 comes back at version 3 without an answer to prompt 2: those are 2 versions old, past the bound
     t = pool.take(1, 3, bound=1)
@@ -96,7 +101,7 @@ def test_a_stale_own_answer_carries_its_version_gap():
     pool.take(0, 0, bound=2)
     add(pool, 0, [1], version=0)  # written by version 0, taken by version 1
     t = pool.take(0, 1, bound=2)
-    assert t.staleness == (1, 1) and t.version_gaps() == [1, 1]
+    assert t.staleness == (1, 1) and gaps(t) == [1, 1]
     assert t.counts["own_stale"] == 2
     assert t.metrics()["staleness_mean"] == 1.0
 
@@ -109,13 +114,13 @@ def test_unscorable_answers_mark_the_group_but_are_not_trained_on():
     assert len(t.answers) == 4  # the group formed: agent 0 answered prompt 5
     view = t.trajectory_pool()
     assert [(x.source, x.reward) for x in view.scored()] == [(1, 1.0), (1, 0.0)]
-    assert view.scored() == [x for x in view.trajectories if x.reward is not None]  # version_gaps' order
+    assert view.scored() == [x for x in view.trajectories if x.reward is not None]  # build_view's order
     assert view.problems == [problem(5)] and {x.prompt_index for x in view.trajectories} == {0}
 
 
 def test_bad_calls_say_what_is_wrong():
     pool = SharedPool(2)
-    with pytest.raises(ValueError, match="one author's answers"):
+    with pytest.raises(ValueError, match="one source's answers"):
         pool.add(answers(0, 1, 1) + answers(1, 1, 1), prompts=[0], problems=[problem(0)], version=0)
     with pytest.raises(ValueError, match="outside the round"):
         pool.add(answers(0, 2, 1), prompts=[0], problems=[problem(0)], version=0)
@@ -160,7 +165,7 @@ def test_bound_zero_in_lock_step_gives_the_synchronous_groups(seed):
             assert view.scored() == sync.scored()  # what build_view reads: the same answers in the same order
             assert view.rewards_and_sources()[0].tolist() == sync.rewards_and_sources()[0].tolist()
             assert take.staleness == (0,) * len(take.answers) and take.expired == ()
-            assert take.version_gaps() == [0] * len(take.answers)
+            assert gaps(take) == [0] * len(take.answers)
         assert pool.accounting()["pending"] == [0, 0, 0] and len(pool) == 0
 
 
@@ -175,7 +180,7 @@ def test_a_partner_one_round_ahead_loses_nothing_at_bound_zero():
     add(pool, 0, [1], version=1)  # agent 0 is already one round further
     add(pool, 1, [1], version=1)
     t = pool.take(1, 1, bound=0)
-    assert [a.author for a in t.answers] == [0, 0, 1, 1] and t.staleness == (0, 0, 0, 0)
+    assert [a.source for a in t.answers] == [0, 0, 1, 1] and t.staleness == (0, 0, 0, 0)
 
 
 # ---- random interleavings: the bound, the accounting and the rule against an independent record ---------------
@@ -271,7 +276,7 @@ def _flush(pool, agent, rec, event, rng, keep):
             continue
         for a in pool.add(ts, prompts=prompts, problems=[problem(p) for p in prompts], version=written):
             rec.added_at[a.uid], rec.author[a.uid], rec.prompt[a.uid], rec.written[a.uid] = (
-                event, a.author, a.prompt, a.version)
+                event, a.source, a.prompt, a.version)
     agent.in_flight = still
 
 
@@ -293,8 +298,8 @@ def _check_take(take, pending_before, rec, k, version, bound):
     assert expired == {u for u in pending_before if staleness[u] > bound}
     assert sum(take.counts[r] for r in SELECTION_REASONS) == len(pending_before)
     # own answers carry their version gap, and the update's pool holds exactly the taken answers
-    for a, gap in zip(take.answers, take.version_gaps(), strict=True):
-        assert gap == (version - rec.written[a.uid] if a.author == k else 0)
+    for a, gap in zip(take.answers, gaps(take), strict=True):
+        assert gap == (version - rec.written[a.uid] if a.source == k else 0)
     view = take.trajectory_pool()
     assert len(view.trajectories) == len(taken) and len(view.problems) == len(take.prompts)
     rec.used[k] |= taken
@@ -331,3 +336,26 @@ def test_a_restored_pool_continues_exactly_as_the_original():
         a, b = pool.take(k, version, 2), copy.take(k, version, 2)
         assert a == b
     assert pool.state_dict() == copy.state_dict()
+
+
+def test_the_prompt_id_has_its_own_field_and_an_old_state_saying_author_loads():
+    pool = SharedPool(2)
+    added = add(pool, 1, [10, 11], version=0, per_prompt=1)  # the round's batch: prompt ids 10, 11
+    # the prompt id beside the answer; the trajectory as the worker returned it (its index in the round's batch)
+    assert [(a.prompt, a.source, a.trajectory.prompt_index) for a in added] == [(10, 1, 0), (11, 1, 1)]
+    state = json.loads(json.dumps(pool.state_dict()))
+    assert [sorted(a) for a in state["answers"]][0] == ["prompt", "source", "trajectory", "uid", "version"]
+    # a checkpoint written before the rename: "author", and the trajectory's prompt_index overloaded with the id
+    old = json.loads(json.dumps(state))
+    for a in old["answers"]:
+        a["author"] = a.pop("source")
+        a["trajectory"]["prompt_index"] = a["prompt"]
+        a["trajectory"].pop("version_gap")
+    restored = SharedPool(2)
+    restored.load_state_dict(old)
+    assert [(a.prompt, a.source) for a in restored.pending(0)] == [(10, 1), (11, 1)]
+    # either way the update's pool numbers the groups by the taken prompts' order
+    for p in (pool, restored):
+        add(p, 0, [11], version=0, per_prompt=1)
+        view = p.take(0, 0, bound=0).trajectory_pool()
+        assert [(t.prompt_index, t.source) for t in view.trajectories] == [(0, 0), (0, 1)]

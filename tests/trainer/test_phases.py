@@ -24,7 +24,6 @@ import torch
 
 from hacrl.config import load_config
 from hacrl.core import CapabilityTracker
-from hacrl.core.window import CrossWindow
 from hacrl.errors import InputError
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
@@ -101,9 +100,8 @@ def trainer(tmp_path, monkeypatch):
 
 
 def phases(score=scripted_score) -> Phases:
-    """The phases of three agents a, b, c without a trainer or a window."""
-    return Phases(IDS, SamplingParams(n=2), recompute=False, minibatch_size=4, rows_per_prompt=2, score_texts=score,
-                  window=None)
+    """The phases of three agents a, b, c without a trainer."""
+    return Phases(IDS, SamplingParams(n=2), recompute=False, score_texts=score)
 
 
 # ---- what a step's metrics say about its pool --------------------------------------------------------------
@@ -243,34 +241,20 @@ def test_a_step_without_answers_is_not_an_error():
 
 # ---- update metrics and cross ratios, each to its own agent -----------------------------------------------------
 
-@pytest.mark.model
-def test_update_done_routes_metrics_timings_and_cross_ratios_to_the_learner(trainer):
-    window = trainer.phases.window
-    ceiling = window.ceiling
+def test_update_done_routes_metrics_and_timings_to_the_learner():
+    # the adaptive window lives in each learner's worker (hacrl.learner.window): its bounds arrive as metrics
     timings: dict[str, float] = {}
-    metrics = {"busy_s": 2.5, "busy_forward_s": 1.0, "busy_backward_s": 0.5, "pg_loss": 0.3,
-               "cross_ratios": {0: [0.3, 0.6, 0.9, 1.1], 2: []}}
-    out = trainer.phases.update_metrics(1, metrics, [0.7, 0.8, 0.6], timings)
-    # the bound b used for each source's answers; b's own entry (0.8) is not a cross bound
-    assert out == {"agent/b/window_lower/a": 0.7, "agent/b/window_lower/c": 0.6, "agent/b/pg_loss": 0.3}
+    metrics = {"window_lower/a": 0.7, "window_lower/c": 0.6, "busy_s": 2.5, "busy_forward_s": 1.0,
+               "busy_backward_s": 0.5, "pg_loss": 0.3}
+    out = phases().update_metrics(1, metrics, timings)
+    assert list(out.items()) == [("agent/b/window_lower/a", 0.7), ("agent/b/window_lower/c", 0.6),
+                                 ("agent/b/pg_loss", 0.3)]
     assert timings == {"timing/update/b": 2.5, "timing/forward/b": 1.0, "timing/backward/b": 0.5}
-    # b's window for a's answers moved (as a window fed the same ratios would), for c's (no ratios) did not;
-    # no other learner's window moved
-    reference = CrossWindow(3, delta=trainer.cfg.algorithm.delta, target=window.target, floor=window.floor,
-                            smoothing=window.smoothing)
-    want = reference.observe(1, 0, torch.tensor([0.3, 0.6, 0.9, 1.1], dtype=torch.float64))  # 0.3: not a float32
-    assert want == 0.3  # the third largest ratio ≤ 1 (target 0.75 of 4), taken in float64
-    assert window.bounds(1) == [want, ceiling, ceiling]
-    assert window.bounds(0) == window.bounds(2) == [ceiling] * 3
-    # a source missing from the ratios (none of its answers reached this learner) leaves its bound alone
-    out = trainer.phases.update_metrics(2, {"busy_s": 1.0, "cross_ratios": {1: [0.3]}}, [0.8, 0.8, 0.8], timings)
-    assert out == {"agent/c/window_lower/a": 0.8, "agent/c/window_lower/b": 0.8}
-    assert window.bounds(2) == [ceiling, 0.3, ceiling]
 
 
 def test_update_done_without_an_adaptive_window_keeps_every_metric():
     timings: dict[str, float] = {}
-    out = phases().update_metrics(2, {"busy_s": 1.0, "kl": 0.25, "count/cross": 8}, None, timings)
+    out = phases().update_metrics(2, {"busy_s": 1.0, "kl": 0.25, "count/cross": 8}, timings)
     assert out == {"agent/c/kl": 0.25, "agent/c/count/cross": 8}
     assert timings == {"timing/update/c": 1.0}
 
@@ -326,10 +310,9 @@ def test_a_scripted_step(trainer):
                  [answer(p, 2, "right" if k == 0 else "?") for p in range(b) for k in range(g)]]
     trainer.backend = Scripted(per_agent, [{"busy_s": 0.5, "tokens": 10.0}, {"busy_s": 1.5, "tokens": 20.0},
                                            {"busy_s": 2.0, "tokens": 30.0}],
-                               [{"busy_s": 1.0, "pg_loss": 0.1, "cross_ratios": {1: [0.9], 2: [1.0]}},
-                                {"busy_s": 2.0, "pg_loss": 0.2, "cross_ratios": {0: [0.95], 2: [1.0]}},
-                                {"busy_s": 3.0, "pg_loss": 0.3, "cross_ratios": {0: [1.0], 1: [0.9]}}])
-    trainer.phases.window.lower_NN[1, 2] = 0.55  # one learner's bound for one source, moved by an earlier step
+                               [{"busy_s": 1.0, "pg_loss": 0.1},
+                                {"busy_s": 2.0, "pg_loss": 0.2, "window_lower/c": 0.55},  # b's worker's bound
+                                {"busy_s": 3.0, "pg_loss": 0.3}])
     ps = problems(b)
     trainer.data, trainer.step_idx = DataStream("add2", iter(ps)), 3  # a resumed run's fourth step
     metrics = trainer.step()
@@ -343,14 +326,9 @@ def test_a_scripted_step(trainer):
     # the capability tracker saw this step's scored answers: a 16/16, b 0/16, c 4/4
     tracker = CapabilityTracker(3, window=trainer.cfg.algorithm.capability_window)
     tracker.update(*_rewards_and_sources(per_agent))
-    for i, (pool, omega, capability, minibatch, rows, bound) in enumerate(u_args):
-        assert len(pool) == 3 * b * g
-        assert torch.equal(omega, tracker.omega_matrix()) and torch.equal(capability, tracker.capability)
-        assert (minibatch, rows) == (trainer.derived.minibatch_size, trainer.derived.rows_per_prompt)
-        want_bound = [0.8, 0.8, 0.8]
-        if i == 1:
-            want_bound[2] = 0.55
-        assert bound == pytest.approx(want_bound), i  # each learner got its own row of the window
+    for (request,) in u_args:
+        assert len(request.pool) == 3 * b * g and request.own_keys is None and request.forget == ()
+        assert torch.equal(request.omega_NN, tracker.omega_matrix())  # the one ω, the tracker's (its clamps)
     assert metrics["reward/ok"] == 2 * b * g + b and metrics["reward/none"] == b * (g - 1)
     assert [metrics[f"agent/{a}/unscorable"] for a in "abc"] == [0, 0, b * (g - 1)]
     assert [metrics[f"agent/{a}/rollout/tokens"] for a in "abc"] == [10.0, 20.0, 30.0]
@@ -377,7 +355,6 @@ def test_a_step_with_the_fixed_window_passes_no_bounds(tmp_path, monkeypatch):
     cfg = load_config("tiny-test", overrides=[THREE])
     t = Trainer(cfg, tmp_path, sinks=False)
     try:
-        assert t.phases.window is None
         t.backend.close()
         b, g = cfg.trainer.batch_size, t.derived.group_size
         t.backend = Scripted([[answer(p, i, "right") for p in range(b) for _ in range(g)] for i in range(3)],
@@ -385,8 +362,6 @@ def test_a_step_with_the_fixed_window_passes_no_bounds(tmp_path, monkeypatch):
         t.phases.score_texts = scripted_score
         t.data = DataStream("add2", problems(b))
         metrics = t.step()
-        (_, _, _), (_, u_args, _) = t.backend.calls
-        assert [args[-1] for args in u_args] == [None, None, None]  # 1 − δ, in the loss settings
         assert not any("window_lower" in k for k in metrics) and metrics["agent/c/pg_loss"] == 0.5
     finally:
         t.close()
@@ -572,14 +547,13 @@ def test_checkpoint_state_is_the_lock_step_one_plus_the_async_loops(trainer):
     trainer.step_idx = 3
     trainer.data.take(2)
     state, manifest = trainer.checkpoint_state()
-    assert list(state) == ["step", "data_pos", "tracker", "rng", "window"]
+    assert list(state) == ["step", "data_pos", "tracker", "rng"]  # the adaptive window: in each worker's files
     assert (state["step"], state["data_pos"]) == (3, 2)
-    assert state["window"].keys() == trainer.phases.window.state_dict().keys()
     agents = [{"id": a, "model": m} for a, m in zip(IDS, ("builtin:qwen2-char-small", "builtin:qwen2-char",
                                                           "builtin:llama-bpe"), strict=True)]
     assert manifest == {"agents": agents, "algorithm": "hacpo"}
     state, manifest = trainer.checkpoint_state(StubLoop())  # type: ignore[arg-type]
-    assert list(state) == ["step", "data_pos", "tracker", "rng", "async", "window"]
+    assert list(state) == ["step", "data_pos", "tracker", "rng", "async"]
     assert state["async"] == {"versions": [2, 1]}
     assert manifest == {"agents": agents, "algorithm": "hacpo", "mode": "async", "versions": [2, 1]}
 

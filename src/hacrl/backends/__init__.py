@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hacrl.config import Config
+from hacrl.config import Config, Derived
 
 if TYPE_CHECKING:
     from hacrl.backends.local import LocalBackend
@@ -45,16 +45,19 @@ class Handle:
     ref: Any
 
 
-def make_backend(cfg: Config, *, resume_from: Path | None = None, step: int = 0) -> LocalBackend | RayBackend:
+def make_backend(cfg: Config, derived: Derived, *, resume_from: Path | None = None,
+                 step: int = 0) -> LocalBackend | RayBackend:
+    """The workers of ``cfg``'s agents, each given ``derived`` (``hacrl.config.derive``, resolved once by the
+    trainer) at construction."""
     start = time.perf_counter()
     if cfg.backend.name == "ray":
         from hacrl.backends.ray_actors import RayBackend
 
-        backend: LocalBackend | RayBackend = RayBackend(cfg, resume_from=resume_from, step=step)
+        backend: LocalBackend | RayBackend = RayBackend(cfg, derived, resume_from=resume_from, step=step)
     else:
         from hacrl.backends.local import LocalBackend
 
-        backend = LocalBackend(cfg, resume_from=resume_from, step=step)
+        backend = LocalBackend(cfg, derived, resume_from=resume_from, step=step)
     logger.log(logging.INFO if cfg.backend.name == "ray" else logging.DEBUG, "backend %s: %d agents ready in %.1f s",
                cfg.backend.name, len(cfg.agents), time.perf_counter() - start)
     return backend

@@ -8,7 +8,7 @@ from typing import Any
 
 from hacrl.backends import Handle
 from hacrl.backends.worker import AgentWorker
-from hacrl.config import Config
+from hacrl.config import Config, Derived
 
 
 class LocalBackend:
@@ -16,8 +16,9 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, cfg: Config, *, resume_from: Path | None = None, step: int = 0) -> None:
-        self.workers = [AgentWorker(cfg, i, resume_from=resume_from, step=step) for i in range(len(cfg.agents))]
+    def __init__(self, cfg: Config, derived: Derived, *, resume_from: Path | None = None, step: int = 0) -> None:
+        self.workers = [AgentWorker(cfg, i, derived, resume_from=resume_from, step=step)
+                        for i in range(len(cfg.agents))]
 
     def call(self, method: str, args_per_agent: Sequence[tuple] | None = None, **kwargs: Any) -> list[Any]:
         args = args_per_agent or [()] * len(self.workers)

@@ -15,7 +15,7 @@ from typing import Any
 
 from hacrl.backends import AgentFailure, Handle
 from hacrl.backends.worker import AgentWorker
-from hacrl.config import Config, ConfigError
+from hacrl.config import Config, ConfigError, Derived
 from hacrl.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, cfg: Config, *, resume_from: Path | None = None, step: int = 0) -> None:
+    def __init__(self, cfg: Config, derived: Derived, *, resume_from: Path | None = None, step: int = 0) -> None:
         try:
             import ray
         except ImportError:
@@ -68,7 +68,7 @@ class RayBackend:
                 # oversubscribe the node: OpenMP threads of several actors spinning on the same cores)
                 threads = min(cfg.trainer.threads or 10**6, max(1, int(num_cpus)))
                 group.append(remote_cls.options(**options).remote(
-                    cfg, i, resume_from=resume_from, step=step, env=env, threads=threads, rank=rank, world=world,
+                    cfg, i, derived, resume_from=resume_from, step=step, env=env, threads=threads, rank=rank, world=world,
                     defer_setup=True, quiet=True))
             self.groups.append(group)
         self.call("setup")  # loads every agent at once; a failure names the agent

@@ -327,6 +327,7 @@ class Derived:
     minibatch_size: int  # sequences per optimizer step
     num_minibatches: int  # optimizer steps per learner per training step
     rollout_correction: str  # algorithm.rollout_correction with auto resolved (rollout_correction_mode)
+    recompute_old_logprobs: bool  # rollout.old_logprobs with auto resolved (recompute_old_logprobs)
 
 
 def default_minibatch(batch_size: int, rollouts_per_prompt: int, rows_per_prompt: int) -> int:
@@ -345,7 +346,8 @@ def default_minibatch(batch_size: int, rollouts_per_prompt: int, rows_per_prompt
 
 
 def derive(cfg: Config, *, shares_pool: bool, rollout_multiplier: int, needs_groups: bool) -> Derived:
-    """Check the combination of sections and compute derived values; raises ConfigError."""
+    """Check the combination of sections and compute derived values; raises ConfigError. The trainer calls it
+    once and hands the result to every worker (``hacrl.backends.make_backend``)."""
     g = cfg.rollout.rollouts_per_prompt * rollout_multiplier
     n = len(cfg.agents)
     if needs_groups and g * (n if shares_pool else 1) < 2:
@@ -361,7 +363,7 @@ def derive(cfg: Config, *, shares_pool: bool, rollout_multiplier: int, needs_gro
             f"divide the {rows} sequences each learner trains on per step; pick e.g. {rows // 2 if rows // 2 % rows_per_prompt == 0 else rows}"
         )
     return Derived(group_size=g, rows_per_prompt=rows_per_prompt, minibatch_size=mb, num_minibatches=rows // mb,
-                   rollout_correction=rollout_correction_mode(cfg))
+                   rollout_correction=rollout_correction_mode(cfg), recompute_old_logprobs=recompute_old_logprobs(cfg))
 
 
 def rollout_correction_mode(cfg: Config) -> str:

@@ -118,7 +118,8 @@ def hacpo_advantages(
     source_ids: Tensor,
     *,
     learner: int,
-    capability: Tensor,
+    capability: Tensor | None = None,
+    omega: Tensor | None = None,
     capability_aware: bool = True,
     eps: float = 1e-6,
 ) -> Tensor:
@@ -133,7 +134,11 @@ def hacpo_advantages(
         group_ids: long[B], which prompt each answer belongs to.
         source_ids: long[B], which agent (0..N−1) wrote each answer.
         learner: the agent k whose update these advantages are for.
-        capability: float[N], the smoothed P̂ of each agent (see ``CapabilityTracker``).
+        capability: float[N], the smoothed P̂ of each agent (see ``CapabilityTracker``): ω^(k,·) is then
+            ``omega_matrix(capability)[learner]``, with the module's default clamps and floor.
+        omega: float[N], ω^(k,j) of this learner k for each source j as the caller computed it (the trainer:
+            a row of ``CapabilityTracker.omega_matrix()``, the run's clamps applied). Give exactly one of
+            ``capability`` and ``omega``.
         capability_aware: False gives the plain joint mean baseline (the paper's "−Adv" ablation).
         eps: added to the std.
 
@@ -141,16 +146,22 @@ def hacpo_advantages(
         float32[B].
     """
     _check_flat(rewards=rewards, group_ids=group_ids, source_ids=source_ids)
-    if capability.dim() != 1 or not 0 <= learner < capability.shape[0]:
-        raise ValueError(f"learner={learner} is not an index into capability of shape {tuple(capability.shape)}")
-    if source_ids.numel() and (source_ids.min() < 0 or source_ids.max() >= capability.shape[0]):
-        raise ValueError(f"source_ids must lie in [0, {capability.shape[0]}) (one capability per agent)")
+    if (capability is None) == (omega is None):
+        raise ValueError("give exactly one of capability (ω from P̂, default clamps) and omega (ω^(k,·))")
+    name, per_agent_N = ("capability", capability) if capability is not None else ("omega", omega)
+    assert per_agent_N is not None
+    if per_agent_N.dim() != 1 or not 0 <= learner < per_agent_N.shape[0]:
+        raise ValueError(f"learner={learner} is not an index into {name} of shape {tuple(per_agent_N.shape)}")
+    if source_ids.numel() and (source_ids.min() < 0 or source_ids.max() >= per_agent_N.shape[0]):
+        raise ValueError(f"source_ids must lie in [0, {per_agent_N.shape[0]}) (one {name} per agent)")
     r_B = rewards.float()
     inv_B, num_groups = _segments(group_ids)
     n_G, std_G, degenerate_G = _group_stats(r_B, inv_B, num_groups)
 
     if capability_aware:
-        w_B = omega_matrix(capability.to(r_B.device))[learner][source_ids]
+        # ω^(k,j) of the learner k: the caller's, or eq. 8 from P̂ with this module's clamps
+        omega_N = per_agent_N if omega is not None else omega_matrix(per_agent_N.to(r_B.device))[learner]
+        w_B = omega_N.to(r_B.device, r_B.dtype)[source_ids]
     else:
         w_B = torch.ones_like(r_B)
     # eq. 7: μ̂^(k) = 1/(nG) Σ_j Σ_i ω^(k,j) R(y^(j)_i)   (divides by the group size, not Σω)

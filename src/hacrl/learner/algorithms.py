@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hacrl.config import Config, Derived, derive
 from hacrl.registry import Registry
 
 
@@ -89,3 +90,10 @@ def _gspo_times(n: str) -> Algorithm:
 
 
 ALGORITHMS.add_family(r"gspo-x(?P<n>[1-9][0-9]?)", "gspo-x<N>", _gspo_times)
+
+
+def derive_for(cfg: Config) -> Derived:
+    """``hacrl.config.derive`` for ``cfg``'s algorithm, as the trainer resolves it once for every worker; for a
+    worker built on its own (tests, benchmarks), not through ``hacrl.backends.make_backend``."""
+    algo = ALGORITHMS.get(cfg.algorithm.name)
+    return derive(cfg, shares_pool=algo.shares_pool, rollout_multiplier=algo.rollout_multiplier, needs_groups=True)

@@ -16,7 +16,7 @@ import contextlib
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,9 @@ class ViewRow:
     # log-prob, the rollout correction's behaviour policy; None: old_logp_mean is the engine's own
     behav_logp_mean: float | None = None
     rollout_weight: float = 1.0  # the rollout correction's weight (assign_rollout_weights); 1 on cross answers
+    # the asynchronous mode: an own answer's version gap (its Trajectory's: the learner's version now minus the
+    # one that wrote it); > 0 trains against π_prox with the staleness weight (correct_stale_rows)
+    version_gap: int = 0
 
 
 def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: dict[int, str]) -> list[ViewRow]:
@@ -75,7 +78,7 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
         if t.source == learner.index:
             behav = t.behav_logp_sum / max(t.num_tokens, 1) if t.behav_logp_sum is not None else None
             rows.append(ViewRow(t.prompt_index, t.source, True, prompt_ids, list(t.token_ids), t.logp_mean,
-                                t.token_logps, float(t.reward), behav_logp_mean=behav))
+                                t.token_logps, float(t.reward), behav_logp_mean=behav, version_gap=t.version_gap))
         else:
             answer_ids, truncated = learner.encode_answer(t.text, t.finished)
             rows.append(ViewRow(t.prompt_index, t.source, False, prompt_ids, answer_ids, t.logp_mean, None,
@@ -83,16 +86,17 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
     return rows
 
 
-def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor,
-                      capability_N: Tensor) -> None:
-    """Fill ``advantage`` and ``omega`` of every row (in place)."""
+def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor) -> None:
+    """Fill ``advantage`` and ``omega`` of every row (in place). ``omega_NN``: the driver's ω^(k,j) (its clamps
+    applied), the update's one ω: row ``learner`` weighs the baseline (eq. 7), column ``learner`` the cross
+    answers in the loss (eq. 50)."""
     if not rows:
         return
     rewards_B = torch.tensor([r.reward for r in rows])
     groups_B = torch.tensor([r.prompt_index for r in rows])
     sources_B = torch.tensor([r.source for r in rows])
     if algo.advantage == "hacpo":
-        adv_B = hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, capability=capability_N,
+        adv_B = hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, omega=omega_NN[learner],
                                  capability_aware=algo.capability_aware)
     elif algo.advantage == "own":  # GSPO's group advantage over the learner's own answers; 0 on the others'
         own_B = sources_B == learner
@@ -214,6 +218,21 @@ def assign_staleness_weights(own: list[ViewRow], gaps: list[int], prox: dict[int
             r.old_logp_mean = sum(token_logps) / max(len(token_logps), 1)
             r.old_token_logps, r.behav_logp_mean, r.rollout_weight = token_logps, None, w
     return {k: float(v) for k, v in metrics.items()}
+
+
+def correct_stale_rows(rows: list[ViewRow], prox_logps: Callable[[list[ViewRow]], list[tuple[float, ...]]], *,
+                       mode: str, cap: float, max_log_ratio: float, engine_behaviour: bool) -> dict[str, float]:
+    """The decoupled objective on the learner's own rows written by an older version of it (docs/async.md, in
+    place): each own row's ``version_gap`` says how old it is; ``prox_logps`` returns π_prox's token log-probs of
+    the stale ones (gap > 0), the learner's pass now, in their order; ``assign_staleness_weights`` does the rest.
+    Returns its metrics as ``staleness_is/*``."""
+    own = [r for r in rows if r.is_own]
+    stale = [r for r in own if r.version_gap > 0]
+    prox = prox_logps(stale) if stale else []
+    metrics = assign_staleness_weights(own, [r.version_gap for r in own],
+                                       {id(r): lp for r, lp in zip(stale, prox, strict=True)}, mode=mode, cap=cap,
+                                       max_log_ratio=max_log_ratio, engine_behaviour=engine_behaviour)
+    return {f"staleness_is/{k}": v for k, v in metrics.items()}
 
 
 def _old_token_logps(rows: list[ViewRow], answer_mask_BT: Tensor) -> Tensor:

@@ -1,5 +1,5 @@
 """The asynchronous mode's shared pool (docs/async.md): every answer after scoring with its prompt, its
-author, the author's policy version and its log-prob sum, kept across rounds until each learner has used it
+source (the agent that wrote it), the source's policy version and its log-prob sum, kept across rounds until each learner has used it
 once or it has expired for that learner.
 
 Agents add their scored answers as they finish a round and take what their next update may use: their own
@@ -13,7 +13,8 @@ Ray loop holds one and reaches it through messages.
 
 Prompt ids are the prompts' positions in the run's training stream: unique, ordered as the data, and what a
 checkpoint's data position counts. A round's answers arrive as a worker returns them (``Trajectory`` with
-``prompt_index`` into the round's batch) and are stored with ``prompt_index`` = the prompt id.
+``prompt_index`` into the round's batch) and are stored as they came, their prompt id beside them
+(``PooledAnswer.prompt``); a take hands them to the update with ``prompt_index`` = the group index.
 
 Run the tests: ``OMP_NUM_THREADS=1 python -m pytest -q tests/pool/test_shared_pool.py``.
 """
@@ -39,14 +40,15 @@ class PooledAnswer:
     Attributes:
         uid: its place in the order of arrival (unique in the run).
         prompt: the prompt's id (its position in the training stream): the answer's joint group.
-        author: the agent that wrote it.
-        version: the author's version that wrote it (its number of updates then).
-        trajectory: the answer (text and scalars, its reward; None: unscorable), ``prompt_index`` = ``prompt``.
+        source: the agent that wrote it (``Trajectory.source``).
+        version: the source's version that wrote it (its number of updates then).
+        trajectory: the answer as its round returned it (text and scalars, its reward; None: unscorable);
+            its ``prompt_index`` is its position in that round's batch, not the prompt id.
     """
 
     uid: int
     prompt: int
-    author: int
+    source: int
     version: int
     trajectory: Trajectory
 
@@ -64,7 +66,7 @@ class PoolTake:
     """What one update of ``learner`` at ``version`` may use, and what expired for it at that moment.
 
     Attributes:
-        answers: the taken answers in (prompt, author, arrival) order: own ones within the bound, the others'
+        answers: the taken answers in (prompt, source, arrival) order: own ones within the bound, the others'
             within it to the same prompts.
         staleness: per taken answer, ``version`` − the first version of the learner that could take it.
         expired: the answers that went past the bound for this learner now (never to be used by it).
@@ -87,17 +89,15 @@ class PoolTake:
 
     def trajectory_pool(self) -> TrajectoryPool:
         """The take as the step's pool the update code reads: the taken prompts in id order, each answer's
-        ``prompt_index`` its prompt's position among them."""
+        ``prompt_index`` its prompt's position among them, and on the learner's own answers their
+        ``version_gap``, the learner's version now minus the version that wrote them (the staleness correction's
+        gap, carried on the answer into the learner's row); 0 on the others'."""
         prompts = self.prompts
         position = {p: i for i, p in enumerate(prompts)}
-        trajectories = [dataclasses.replace(a.trajectory, prompt_index=position[a.prompt]) for a in self.answers]
+        trajectories = [dataclasses.replace(a.trajectory, prompt_index=position[a.prompt],
+                                            version_gap=self.version - a.version if a.source == self.learner else 0)
+                        for a in self.answers]
         return TrajectoryPool([self.problems[p] for p in prompts], trajectories)
-
-    def version_gaps(self) -> list[int]:
-        """Per taken answer, aligned with ``answers`` and ``trajectory_pool().trajectories`` (whose ``scored()``
-        keeps this order, leaving out unscorable ones): for the learner's own, its version now minus the version
-        that wrote it (the staleness correction's gap); 0 for the others'."""
-        return [self.version - a.version if a.author == self.learner else 0 for a in self.answers]
 
     def metrics(self) -> dict[str, float]:
         """Plain numbers to log: the reason counts, ``staleness_mean`` / ``staleness_max`` over the taken answers,
@@ -107,7 +107,7 @@ class PoolTake:
         out["staleness_max"] = float(max(self.staleness, default=0))
         for key, answers in (("used", self.answers), ("expired", self.expired)):
             for a in answers:
-                out[f"{key}/{a.author}"] = out.get(f"{key}/{a.author}", 0.0) + 1.0
+                out[f"{key}/{a.source}"] = out.get(f"{key}/{a.source}", 0.0) + 1.0
         return out
 
 
@@ -152,13 +152,13 @@ class SharedPool:
         """Add one agent's scored answers of one round, written by its version ``version``.
 
         Args:
-            answers: one author's (``source``) trajectories after scoring, ``prompt_index`` into ``prompts``;
+            answers: one source's trajectories after scoring, ``prompt_index`` into ``prompts``;
                 unscorable ones (reward None) too: like the lock-step pool's, they are never trained on
-                (``TrajectoryPool.scored`` leaves them out) but they say the author answered the prompt, so
+                (``TrajectoryPool.scored`` leaves them out) but they say the source answered the prompt, so
                 its group forms as in the lock-step trainer.
             prompts: the round's prompt ids, in the order of its batch.
             problems: the round's problems, aligned with ``prompts``.
-            version: the author's version that wrote them.
+            version: the source's version that wrote them.
 
         Returns:
             the pooled answers, in the order given.
@@ -167,9 +167,9 @@ class SharedPool:
             raise ValueError(f"{len(prompts)} prompt ids for {len(problems)} problems")
         if version < 0:
             raise ValueError(f"a version counts updates: >= 0, got {version}")
-        authors = {t.source for t in answers}
-        if len(authors) > 1:
-            raise ValueError(f"add takes one author's answers at a time, got authors {sorted(authors)}")
+        sources = {t.source for t in answers}
+        if len(sources) > 1:
+            raise ValueError(f"add takes one source's answers at a time, got sources {sorted(sources)}")
         for t in answers:  # all checked before any is added
             self._check_agent(t.source)
             if not 0 <= t.prompt_index < len(prompts):
@@ -183,15 +183,14 @@ class SharedPool:
             prompt = int(prompts[t.prompt_index])
             self._problems.setdefault(prompt, problems[t.prompt_index])
             self._held[prompt] = self._held.get(prompt, 0) + 1
-            answer = PooledAnswer(self._next_uid, prompt, t.source, version,
-                                  dataclasses.replace(t, prompt_index=prompt))
+            answer = PooledAnswer(self._next_uid, prompt, t.source, version, t)
             self._next_uid += 1
             self._answers[answer.uid] = answer
             for k in range(self.num_agents):
-                self._pending[k][answer.uid] = version if k == answer.author else self._next_take(k)
+                self._pending[k][answer.uid] = version if k == answer.source else self._next_take(k)
             out.append(answer)
-        for author in authors:
-            self.versions[author] = max(self.versions[author], version)
+        for source in sources:
+            self.versions[source] = max(self.versions[source], version)
         return out
 
     def take(self, learner: int, version: int, bound: int) -> PoolTake:
@@ -208,12 +207,12 @@ class SharedPool:
         answers = [self._answers[u] for u in sorted(pending)]
         take_M, expire_M, stats = select_within_bound(
             learner=learner, learner_version=version, bound=bound,
-            author_M=torch.tensor([a.author for a in answers], dtype=torch.long),
+            author_M=torch.tensor([a.source for a in answers], dtype=torch.long),
             prompt_M=torch.tensor([a.prompt for a in answers], dtype=torch.long),
             available_M=torch.tensor([pending[a.uid] for a in answers], dtype=torch.long))
         taken = [a for a, take in zip(answers, take_M.tolist(), strict=True) if take]
         expired = [a for a, expire in zip(answers, expire_M.tolist(), strict=True) if expire]
-        taken.sort(key=lambda a: (a.prompt, a.author, a.uid))
+        taken.sort(key=lambda a: (a.prompt, a.source, a.uid))
         staleness = tuple(version - pending[a.uid] for a in taken)
         # the selection stands: now mark it
         self.versions[learner] = version
@@ -248,12 +247,12 @@ class SharedPool:
         those joint groups."""
         self._check_agent(learner)
         pending, next_take = self._pending[learner], self._next_take(learner)
-        own = {self._answers[u].prompt for u in pending if self._answers[u].author == learner}
+        own = {self._answers[u].prompt for u in pending if self._answers[u].source == learner}
         out: list[int] = []
         for uid in sorted(pending):
             a = self._answers[uid]
             usable = next_take - pending[uid] <= bound
-            if usable and a.author != learner and a.prompt not in own and a.prompt not in out:
+            if usable and a.source != learner and a.prompt not in own and a.prompt not in out:
                 out.append(a.prompt)
         return out
 
@@ -272,7 +271,7 @@ class SharedPool:
             "next_uid": self._next_uid,
             "used": list(self._used),
             "expired": list(self._expired),
-            "answers": [{"uid": a.uid, "prompt": a.prompt, "author": a.author, "version": a.version,
+            "answers": [{"uid": a.uid, "prompt": a.prompt, "source": a.source, "version": a.version,
                          "trajectory": _plain(dataclasses.asdict(a.trajectory))} for a in self._answers.values()],
             "pending": [sorted([uid, v] for uid, v in p.items()) for p in self._pending],
             "problems": [[prompt, {"id": p.id, "prompt": p.prompt, "answer": p.answer, "meta": dict(p.meta)}]
@@ -291,7 +290,8 @@ class SharedPool:
         for a in state["answers"]:
             t = dict(a["trajectory"])
             t["token_ids"], t["token_logps"] = tuple(t["token_ids"]), tuple(t["token_logps"])
-            self._answers[int(a["uid"])] = PooledAnswer(int(a["uid"]), int(a["prompt"]), int(a["author"]),
+            source = a["source"] if "source" in a else a["author"]  # states written before the rename say "author"
+            self._answers[int(a["uid"])] = PooledAnswer(int(a["uid"]), int(a["prompt"]), int(source),
                                                         int(a["version"]), Trajectory(**t))
         self._pending = [{int(uid): int(v) for uid, v in p} for p in state["pending"]]
         self._problems = {int(prompt): Problem(p["id"], p["prompt"], p["answer"], dict(p["meta"]))

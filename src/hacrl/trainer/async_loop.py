@@ -4,7 +4,7 @@ its answers through a ``SharedPool``.
 The driver keeps one chain of calls per agent going: rollout → scoring → pool → (group wait) → take → update →
 rollout ... It waits on whichever call finishes first (``backend.wait_any``), never on all agents. The phases
 are the lock-step trainer's own code (``hacrl.trainer.phases``): ``Phases.sampling`` / ``rollout_metrics`` around
-the worker's ``rollout``, ``Phases.score`` on one agent's answers, ``Phases.update_args`` / ``update_metrics``
+the worker's ``rollout``, ``Phases.score`` on one agent's answers, ``Phases.update_request`` / ``update_metrics``
 around the worker's ``update``, ``pool_metrics`` on the take; the training problems come from the trainer's
 ``DataStream``. What this module adds: the ledger (which prompts each agent answers next), the take from the
 pool under the staleness bound, ``RecentCapability`` for ω and P̂, each agent's state (``AgentState``) and
@@ -168,7 +168,7 @@ class AsyncLoop:
         if done:
             self.capability.observe_answers(torch.tensor([a.reward for a in done], dtype=torch.float64),
                                             torch.tensor([a.prompt for a in done]),
-                                            torch.tensor([a.author for a in done]))
+                                            torch.tensor([a.source for a in done]))
         rnd.scored_at = time.perf_counter()
         self.held[k] = rnd
         agent.since = rnd.scored_at
@@ -186,26 +186,24 @@ class AsyncLoop:
         rnd = self.held.pop(k)
         take = self.pool.take(k, self.agents[k].version, self.bound)
         keys = self.agents[k].own_keys
-        own = [keys.pop(a.uid) for a in take.answers if a.author == k]
-        forget = [keys.pop(a.uid) for a in take.expired if a.author == k]
+        own = [keys.pop(a.uid) for a in take.answers if a.source == k]
+        forget = [keys.pop(a.uid) for a in take.expired if a.source == k]
         if not take.answers:  # nothing to train on (every own answer expired): the next round
             self.start_round(k)
             return
         capability_N, omega_NN = self.capability.capability, self.capability.omega_matrix()
-        cross_lower0 = self.phases.cross_lower0(k)
-        pool = take.trajectory_pool()
-        self._submit(k, "update", (take, rnd, pool, capability_N, omega_NN, cross_lower0),
-                     *self.phases.update_args(pool, omega_NN, capability_N, cross_lower0), own_keys=own,
-                     version_gaps=take.version_gaps(), forget=forget)
+        pool = take.trajectory_pool()  # each own answer carries its version gap (Trajectory.version_gap)
+        self._submit(k, "update", (take, rnd, pool, capability_N, omega_NN),
+                     self.phases.update_request(pool, omega_NN, own_keys=own, forget=forget))
         self._prune()
 
     def update_done(self, k: int, payload: tuple, loss_metrics: dict[str, Any]) -> dict[str, float]:
         """Agent k's new version; its metrics line."""
-        take, rnd, pool, capability_N, omega_NN, cross_lower0 = payload
+        take, rnd, pool, capability_N, omega_NN = payload
         agent, agent_id = self.agents[k], self.phases.agent_ids[k]
         timings: dict[str, float] = {}
         line = dict(rnd.metrics)
-        line.update(self.phases.update_metrics(k, loss_metrics, cross_lower0, timings))
+        line.update(self.phases.update_metrics(k, loss_metrics, timings))
         line.update(timings)
         agent.busy += timings[f"timing/update/{agent_id}"]
         agent.version += 1
@@ -231,7 +229,7 @@ class AsyncLoop:
                 out[f"{a}/staleness/{name.removeprefix('staleness_')}"] = v
             else:
                 out[f"{a}/async/{name}" + (f"/{ids[int(source)]}" if source else "")] = v
-        joint = {p for p in take.prompts if len({x.author for x in take.answers if x.prompt == p}) > 1}
+        joint = {p for p in take.prompts if len({x.source for x in take.answers if x.prompt == p}) > 1}
         out[f"{a}/async/joint_frac"] = len(joint) / max(len(take.prompts), 1)
         acc = self.pool.accounting()
         out["pool/held"], out["pool/added"] = len(self.pool), acc["added"]

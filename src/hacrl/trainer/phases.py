@@ -2,8 +2,8 @@
 ``AsyncLoop`` (``trainer.mode=async``) call the same code around the workers' ``rollout`` and ``update``.
 
 - ``DataStream``: the training problems in order and the position reached (saved in checkpoints);
-- ``Phases``: the sampling parameters, the scoring of answers into a ``TrajectoryPool``, the update's arguments
-  and the update's metrics (and, until the learner owns it, the adaptive cross window's state);
+- ``Phases``: the sampling parameters, the scoring of answers into a ``TrajectoryPool``, the update's request
+  (``learner.request.UpdateRequest``) and the update's metrics;
 - pure functions of a pool and scalars: ``pool_metrics``, ``rescue_share``, ``rollout_metrics``,
   ``sub_phase_timings``; ``timed`` times a phase.
 
@@ -23,10 +23,9 @@ from typing import Any
 
 import torch
 
-from hacrl.config import Config, Derived, recompute_old_logprobs
-from hacrl.core.window import CrossWindow
+from hacrl.config import Config, Derived
 from hacrl.errors import InputError
-from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
+from hacrl.learner.request import UpdateRequest
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rollout import SamplingParams
@@ -146,22 +145,20 @@ class DataStream:
 @dataclasses.dataclass
 class Phases:
     """What both loops do around the workers' calls. ``score_texts`` scores answer texts against their problems
-    (the task's scorer); ``window`` is the adaptive cross window (None: the fixed window)."""
+    (the task's scorer). Everything else the update needs from the config (minibatches, corrections, the
+    adaptive cross window's state) the workers hold: ``Derived`` reaches them at construction."""
 
     agent_ids: list[str]
     sampling: SamplingParams  # every rollout's: G answers per prompt
     recompute: bool  # the workers recompute π_old after the rollout (rollout.old_logprobs)
-    minibatch_size: int
-    rows_per_prompt: int
     score_texts: Score
-    window: CrossWindow | None
 
     @classmethod
-    def build(cls, cfg: Config, derived: Derived, score_texts: Score, window: CrossWindow | None) -> Phases:
+    def build(cls, cfg: Config, derived: Derived, score_texts: Score) -> Phases:
         r = cfg.rollout
         return cls([a.id for a in cfg.agents], SamplingParams(n=derived.group_size, temperature=r.temperature,
                                                              top_p=r.top_p, max_new_tokens=r.max_new_tokens),
-                   recompute_old_logprobs(cfg), derived.minibatch_size, derived.rows_per_prompt, score_texts, window)
+                   derived.recompute_old_logprobs, score_texts)
 
     def score(self, problems: list[Problem], answers: list[Trajectory], *, step: int
               ) -> tuple[TrajectoryPool, dict[str, float]]:
@@ -185,44 +182,18 @@ class Phases:
             stats[f"agent/{agent_id}/unscorable"] = sum(t.reward is None for t in trajectories if t.source == index)
         return TrajectoryPool(problems, trajectories), stats
 
-    def update_args(self, pool: TrajectoryPool, omega_NN: torch.Tensor, capability_N: torch.Tensor,
-                    cross_lower0: list[float] | None) -> tuple:
-        """The positional arguments of a worker's ``update`` (the one place that builds them)."""
-        return pool, omega_NN, capability_N, self.minibatch_size, self.rows_per_prompt, cross_lower0
+    @staticmethod
+    def update_request(pool: TrajectoryPool, omega_NN: torch.Tensor, *,
+                       own_keys: list[tuple[int, int]] | None = None,
+                       forget: list[tuple[int, int]] | None = None) -> UpdateRequest:
+        """A worker's update request (the one place that builds it); ``own_keys`` and ``forget``: the
+        asynchronous mode's keys of the learner's own answers in ``pool`` and of those that expired unused."""
+        return UpdateRequest(pool, omega_NN, None if own_keys is None else tuple(own_keys), tuple(forget or ()))
 
-    def update_metrics(self, i: int, loss_metrics: dict[str, Any], cross_lower0: list[float] | None,
-                       timings: dict[str, float]) -> dict[str, float]:
-        """Agent ``i``'s update metrics as ``agent/<id>/*`` (the adaptive window fed its cross ratios); its busy
-        seconds and sub-phases into ``timings``."""
-        agent_id, out = self.agent_ids[i], {}
+    def update_metrics(self, i: int, loss_metrics: dict[str, Any], timings: dict[str, float]) -> dict[str, float]:
+        """Agent ``i``'s update metrics as ``agent/<id>/*`` (with the adaptive window, ``window_lower/<source>``:
+        the ℓ_0 its worker used); its busy seconds and sub-phases into ``timings``."""
+        agent_id = self.agent_ids[i]
         timings[f"timing/update/{agent_id}"] = loss_metrics.pop("busy_s")
-        if self.window is not None:
-            out.update(self._observe_window(i, cross_lower0, loss_metrics.pop("cross_ratios")))
         timings.update(sub_phase_timings(loss_metrics, agent_id))
-        out.update({f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()})
-        return out
-
-    # ---- the adaptive cross window (its state moves to the learner that owns it: issue #42) ----------------------
-    def cross_lower0(self, learner: int) -> list[float] | None:
-        """ℓ_0 per source agent for ``learner``'s next update; None with the fixed window (1 − δ)."""
-        return self.window.bounds(learner) if self.window is not None else None
-
-    def _observe_window(self, learner: int, used: list[float] | None, ratios: dict[int, list[float]]
-                        ) -> dict[str, float]:
-        """Feed the adaptive window the cross ratios ``learner`` saw; log the ℓ_0 it used per source."""
-        assert self.window is not None and used is not None
-        out = {}
-        for j, b in enumerate(self.agent_ids):
-            if j != learner:
-                out[f"agent/{self.agent_ids[learner]}/window_lower/{b}"] = used[j]
-                self.window.observe(learner, j, torch.tensor(ratios.get(j, []), dtype=torch.float64))
-        return out
-
-
-def make_window(cfg: Config) -> CrossWindow | None:
-    """The adaptive cross window's state when ``algorithm.cross_window`` makes it adaptive, else None."""
-    alg = cfg.algorithm
-    if not adaptive_window(ALGORITHMS.get(alg.name), alg.cross_window):
-        return None
-    return CrossWindow(len(cfg.agents), delta=alg.delta, target=alg.window_target, floor=alg.window_floor,
-                       smoothing=alg.window_smoothing)
+        return {f"agent/{agent_id}/{k}": v for k, v in loss_metrics.items()}

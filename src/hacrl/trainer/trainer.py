@@ -35,7 +35,6 @@ from hacrl.backends import AgentFailure, make_backend
 from hacrl.backends.resolve import resolve_model_path
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
 from hacrl.core import CapabilityTracker
-from hacrl.core.window import CrossWindow
 from hacrl.data.factory import build_task, task_scorer
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.pool import TrajectoryPool
@@ -52,7 +51,6 @@ from hacrl.trainer.evaluation import load_benchmarks, score_answers
 from hacrl.trainer.phases import (
     DataStream,
     Phases,
-    make_window,
     pool_metrics,
     rescue_share,
     rollout_metrics,
@@ -120,18 +118,17 @@ class Trainer:
         self._seed_everything(cfg.run.seed)
         self.agent_ids = [a.id for a in cfg.agents]
         self.tracker = CapabilityTracker(len(cfg.agents), window=cfg.algorithm.capability_window)
-        window = make_window(cfg)
         self._async_state: dict[str, Any] | None = None  # the asynchronous loop's, from the checkpoint
         if resume_from:
-            data_pos = self._restore(resume_from, window)
+            data_pos = self._restore(resume_from)
         self.data = DataStream(self.task.name, self.task.train_problems(cfg.run.seed), start=data_pos)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
         self.benchmarks = load_benchmarks(cfg)
         check_finetune_overlap(cfg.agents, self.eval_problems, *(ps for ps, _ in self.benchmarks.values()))
         self.scorer = task_scorer(self.task, cfg.task)
-        self.phases = Phases.build(cfg, self.derived, self.scorer.score_problems, window)
+        self.phases = Phases.build(cfg, self.derived, self.scorer.score_problems)
         try:
-            self.backend = make_backend(cfg, resume_from=resume_from, step=self.step_idx)
+            self.backend = make_backend(cfg, self.derived, resume_from=resume_from, step=self.step_idx)
         except BaseException:
             self.scorer.close()
             raise
@@ -175,14 +172,13 @@ class Trainer:
                 raise ConfigError(f"--resume: {self.run_dir} was trained with {conflict}; resume with the run's "
                                   f"settings, or start over with --overwrite")
 
-    def _restore(self, path: Path, window: CrossWindow | None) -> int:
+    def _restore(self, path: Path) -> int:
         """The trainer state of the checkpoint at ``path`` (:meth:`checkpoint_state`); its data position."""
         state = ckpt.load_state(path)
         self.step_idx = state["step"]
         self.tracker.load_state_dict(state["tracker"])
         self._async_state = state.get("async")  # the asynchronous mode's loop (hacrl.trainer.async_loop)
-        if window is not None:
-            window.load_state_dict(state["window"])
+        # an older checkpoint's "window" (the adaptive cross window): each worker takes its row (LearnerWindow)
         ckpt.set_rng_state(state["rng"])
         return int(state["data_pos"])
 
@@ -241,12 +237,10 @@ class Trainer:
             rewards, sources = pool.rewards_and_sources()
             self.tracker.update(rewards, sources)
             capability_N, omega_NN = self.tracker.capability, self.tracker.omega_matrix()
-        cross_lower0 = [phases.cross_lower0(i) for i in range(n)]
         with timed(timings, "update"):
-            results = self.backend.call("update", [phases.update_args(pool, omega_NN, capability_N, cross_lower0[i])
-                                                   for i in range(n)])
+            results = self.backend.call("update", [(phases.update_request(pool, omega_NN),)] * n)
         for i, loss_metrics in enumerate(results):
-            metrics.update(phases.update_metrics(i, loss_metrics, cross_lower0[i], timings))
+            metrics.update(phases.update_metrics(i, loss_metrics, timings))
         for phase in ("rollout", "update"):
             # >1: agents worked at the same time (Ray, own devices); 1: one after the other
             busy = sum(timings[f"timing/{phase}/{a}"] for a in self.agent_ids)
@@ -342,8 +336,6 @@ class Trainer:
                                  "tracker": self.tracker.state_dict(), "rng": ckpt.rng_state()}
         if loop is not None:
             state["async"] = loop.state_dict()
-        if self.phases.window is not None:
-            state["window"] = self.phases.window.state_dict()
         manifest = {"agents": [{"id": a.id, "model": a.model} for a in self.cfg.agents],
                     "algorithm": self.cfg.algorithm.name, **(loop.manifest() if loop is not None else {})}
         return state, manifest
