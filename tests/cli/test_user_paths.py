@@ -38,7 +38,7 @@ def test_a_dataset_task_without_a_name_is_named_after_its_file(tmp_path):
                                    "(every key: `hacrl presets --fields`)")),
     (["--set", "trainer.delta=0.6"], "did you mean 'algorithm.delta'?"),
     (["--set", "agents.qwen-char.lrr=1"], "did you mean 'agents.qwen-char.lr'?"),
-    (["--set", "task.name=ad2"], "unknown task 'ad2'; did you mean 'add2'? valid: add2, add3, mixed, mul1x3"),
+    (["--set", "task.name=ad2"], "unknown task 'ad2'; did you mean 'add2'? valid: add2, add2-trace, add3, mixed, mul1x3"),
     (["--set", "algorithm.name=hacop"], "unknown algorithm 'hacop'; did you mean 'hacpo'?"),
     (["--preset", "tiny-tset"], "--preset 'tiny-tset' is unknown; did you mean 'tiny-test'?"),
 ])
@@ -52,7 +52,7 @@ def test_a_typo_names_what_was_meant(tmp_path, capsys, args, expected):
 def test_the_listings_name_the_tasks_and_algorithms(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
-    assert "builtin tasks (task.name): add2, add3, mixed, mul1x3" in out and "hub-pair-gsm8k" in out
+    assert "builtin tasks (task.name): add2, add2-trace, add3, mixed, mul1x3" in out and "hub-pair-gsm8k" in out
     assert main(["presets", "--fields"]) == 0
     fields = capsys.readouterr().out.splitlines()
     assert any(line.startswith("task.name") and "builtin: add2, add3, mixed, mul1x3" in line for line in fields)
