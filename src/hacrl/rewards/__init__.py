@@ -53,8 +53,9 @@ A reward of your own, called as the trainer calls it:
 docs/howto-reward.md walks through writing, naming and testing one.
 """
 from hacrl.rewards import basic, math_reward  # noqa: F401  (registers the built-in rewards)
-from hacrl.rewards.base import REWARDS, RewardFn, get_reward, spec_of
+from hacrl.rewards.base import REWARDS, RewardFn, get_reward, register_python, spec_of
+from hacrl.rewards.contract import CONTRACTS, RewardSet, detect_contract, trl_reward, verl_reward
 from hacrl.rewards.scorer import KINDS, RewardScorer, ScoreResult, call_reward, check_value
 
-__all__ = ["KINDS", "REWARDS", "RewardFn", "RewardScorer", "ScoreResult", "call_reward", "check_value",
-           "get_reward", "spec_of"]
+__all__ = ["CONTRACTS", "KINDS", "REWARDS", "RewardFn", "RewardScorer", "RewardSet", "ScoreResult", "call_reward",
+           "check_value", "detect_contract", "get_reward", "register_python", "spec_of", "trl_reward", "verl_reward"]

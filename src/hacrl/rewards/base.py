@@ -34,6 +34,25 @@ _FILE_OF_MODULE: dict[str, str] = {}  # synthetic module name -> absolute path o
 
 _SPEC_HELP = "give a registry name, 'package.module:function' or 'path/to/file.py:function'"
 
+#: ``python:<name>`` specs: functions handed to this process's Python API (``hacrl.train``) that have no
+#: importable spec (a lambda, a closure, a function of a notebook); the scorer ships them to its workers by
+#: pickling them with cloudpickle (see :mod:`hacrl.rewards.scorer`)
+PYTHON_PREFIX = "python:"
+_PYTHON_FNS: dict[str, RewardFn] = {}
+
+
+def register_python(fn: Callable[..., Any]) -> str:
+    """A ``python:<name>`` spec that resolves to ``fn`` in this process (and, pickled, in its reward workers).
+
+    >>> spec = register_python(lambda c, s: 1.0)
+    >>> spec.startswith("python:<lambda>-"), get_reward(spec)("x", {})
+    (True, 1.0)
+    """
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    spec = f"{PYTHON_PREFIX}{name}-{id(fn):x}"
+    _PYTHON_FNS[spec] = fn
+    return spec
+
 
 def get_reward(spec: str) -> RewardFn:
     """Resolve a reward spec to a callable; a ValueError names the spec and the fix.
@@ -48,6 +67,11 @@ def get_reward(spec: str) -> RewardFn:
     spec = spec.strip()
     if spec in REWARDS:
         return REWARDS.get(spec)
+    if spec.startswith(PYTHON_PREFIX):
+        if spec not in _PYTHON_FNS:
+            raise ValueError(f"reward {spec!r} was a Python function handed to hacrl.train in another process; "
+                             f"{_SPEC_HELP} (a function defined in a module or file keeps one)")
+        return _PYTHON_FNS[spec]
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ValueError(f"unknown reward {spec!r}; registered: {', '.join(REWARDS.names())}; "
@@ -81,6 +105,9 @@ def spec_of(fn: RewardFn) -> str | None:
     """
     for name in REWARDS:
         if REWARDS.get(name) is fn:
+            return name
+    for name, known in _PYTHON_FNS.items():
+        if known is fn:
             return name
     module_name, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module_name or not qualname or "<" in qualname:
