@@ -212,7 +212,8 @@ class RewardScorer:
             raise ValueError(message.removeprefix(CONTRACT_ERROR).strip())
         if message.startswith("KeyError:"):
             have = ", ".join(sorted(k for k in sample if k not in ("chat_prompt", "templated")))
-            raise ValueError(f"reward {self.spec} raised {message} on the first training row, whose sample holds "
+            name = self.spec or ", ".join(r.name for r in self.rewards.rewards)
+            raise ValueError(f"reward {name} raised {message} on the first training row, whose sample holds "
                              f"{have}; fix: read a field it has (a data set's columns all reach the reward)")
 
     def score_problems(self, completions: list[str], problems: Sequence[Problem]) -> ScoreResult:
@@ -248,7 +249,8 @@ class RewardScorer:
         n = len(completions)
         if n == 0:
             return
-        size = max(1, min(64, -(-n // (self.workers * 4))))
+        # a batched reward: one call per worker's share (at most 64 answers); else chunks of about n / (4 workers)
+        size = max(1, min(64, -(-n // (self.workers * (1 if self.rewards.batched else 4)))))
         order = list(range(n))
         if not self._answered:  # until the reward first returns, try answers spread over the batch (other
             stride = -(-n // HANGS_AFTER)  # prompts, other agents): HANGS_AFTER timeouts then mean it hangs
