@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"trainer"},
     {"report"},
     {"cli", "__main__"},
+    {"api"},
 ]
 
 
