@@ -146,10 +146,10 @@ class HACRLTrainer:
         """A path for ``task.train_path``/``test_path``: a string as it is, rows written once as JSONL."""
         if isinstance(data, (str, Path)):
             return str(data)
-        if hasattr(data, "keys") and not hasattr(data, "features") and not isinstance(data, Mapping):
-            raise ConfigError(f"{kind}_dataset: a DatasetDict; pass one split, e.g. dataset['train']")
-        if isinstance(data, Mapping) and "features" not in dir(data):
-            raise ConfigError(f"{kind}_dataset: a mapping; pass a list of rows (dicts) or a datasets.Dataset split")
+        if isinstance(data, Mapping) or (hasattr(data, "keys") and not hasattr(data, "features")):
+            splits = ", ".join(repr(k) for k in list(data.keys())[:4])
+            raise ConfigError(f"{kind}_dataset: a mapping of {splits} (a DatasetDict?); pass one split, e.g. "
+                              f"dataset['train'], or a list of rows")
         text = "".join(json.dumps(dict(row), default=_jsonable, ensure_ascii=False) + "\n" for row in data)
         if not text:
             raise ConfigError(f"{kind}_dataset is empty; give rows")
