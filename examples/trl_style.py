@@ -1,6 +1,7 @@
 """TRL-style hacrl: reward functions written as for TRL's GRPOTrainer, a data set of rows, two tiny models.
 
     python examples/trl_style.py            # about half a minute on one CPU core
+    python examples/trl_style.py --steps 1 --output /tmp/trl-style
 
 The same parts as a TRL script (docs/python-api.md has the mapping): ``reward_funcs`` with TRL's batched
 contract (every data set column comes as a keyword list), ``reward_weights``, a ``train_dataset`` of
@@ -8,6 +9,7 @@ contract (every data set column comes as a keyword list), ``reward_weights``, a 
 train together (``models``), and the run is a hacrl run directory (``hacrl eval --run`` reads it again).
 """
 
+import argparse
 import re
 
 from hacrl.api import HACRLTrainer
@@ -34,6 +36,10 @@ def make_rows(n: int) -> list[dict]:
 
 
 if __name__ == "__main__":  # the guard keeps the reward workers from running this script
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--output", default="runs/trl-style")
+    args = parser.parse_args()
     rows = make_rows(400)
     trainer = HACRLTrainer(
         models=["builtin:qwen2-char", "builtin:llama-bpe"],  # the tiny-model preset's two agents, their settings
@@ -42,9 +48,9 @@ if __name__ == "__main__":  # the guard keeps the reward workers from running th
         train_dataset=rows[40:],
         eval_dataset=rows[:40],
         preset="tiny-model",
-        overrides={"trainer.steps": 4, "trainer.eval_size": 40, "trainer.batch_size": 8,
+        overrides={"trainer.steps": args.steps, "trainer.eval_size": 40, "trainer.batch_size": 8,
                    "rollout.rollouts_per_prompt": 4, "rollout.max_new_tokens": 4},
-        output_dir="runs/trl-style",
+        output_dir=args.output,
         overwrite=True,
     )
     result = trainer.train()

@@ -89,3 +89,16 @@ def test_without_cloudpickle_a_python_reward_is_scored_inline(monkeypatch, caplo
     with RewardScorer(register_python(lambda completions, **kw: [0.5] * len(completions)), timeout_s=5.0) as s:
         assert s.timeout_s is None and s.score(["a"], [{"answer": "1"}]).rewards == [0.5] and not s.pids
     assert "scored inline, in this process, without a time limit" in caplog.text
+
+
+def test_the_trl_style_example_runs(tmp_path):
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "trl_style.py"
+    res = subprocess.run([sys.executable, str(example), "--steps", "1", "--output", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert lines[-1] == f"run directory: {tmp_path / 'run'}" and "held-out accuracy" in lines[-2]
