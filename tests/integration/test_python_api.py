@@ -41,10 +41,12 @@ def test_a_closure_reward_and_a_dataset_train_with_the_tiny_models(tmp_path):
     assert task["reward_weights"] == [1.0, 0.1] and task["kind"] == "dataset"
     assert Path(task["train_path"]).parent == tmp_path / "runs" / ".hacrl-data"  # beside the run, by content
     assert {int(p) for p in pids.read_text().split()} - {os.getpid()}, "scored in a worker process"
-    # the same rows again are the same file
-    again = HACRLTrainer(["builtin:qwen2-char"], accuracy, train_dataset=rows(), preset="tiny-test",
-                         output_dir=tmp_path / "runs" / "api2")
-    assert again.config.task.train_path == task["train_path"]
+    # the same rows again are the same file, the same closure the same python: name: the run resumes
+    resumed = train(["builtin:qwen2-char", "builtin:llama-bpe"], [accuracy, f"{REWARDS}:hard_only"],
+                    reward_weights=[1.0, 0.1], train_dataset=rows(), preset="tiny-test",
+                    overrides={**QUICK, "trainer.steps": 3}, output_dir=tmp_path / "runs" / "api", resume=True)
+    assert resumed.config.task.train_path == task["train_path"] and resumed.config.task.reward[0] == task["reward"][0]
+    assert resumed.result["last"] and '"step": 3' in (resumed.run_dir / "metrics.jsonl").read_text()
 
 
 def test_loaded_models_and_agent_fields(tmp_path):

@@ -45,13 +45,29 @@ def register_python(fn: Callable[..., Any]) -> str:
     """A ``python:<name>`` spec that resolves to ``fn`` in this process (and, pickled, in its reward workers).
 
     >>> spec = register_python(lambda c, s: 1.0)
-    >>> spec.startswith("python:<lambda>-"), get_reward(spec)("x", {})
-    (True, 1.0)
+    >>> spec.startswith("python:<lambda>-"), get_reward(spec)("x", {}), register_python(lambda c, s: 1.0) == spec
+    (True, 1.0, True)
     """
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    spec = f"{PYTHON_PREFIX}{name}-{id(fn):x}"
+    spec = f"{PYTHON_PREFIX}{name}-{_fingerprint(fn)}"
     _PYTHON_FNS[spec] = fn
     return spec
+
+
+def _fingerprint(fn: Callable[..., Any]) -> str:
+    """A short hash of a function's code, constants, defaults and closure values: the same function gives
+    the same ``python:`` name in another process (so a run resumes with it), another closure another."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return f"{id(fn):x}"
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            cells.append(repr(cell.cell_contents))
+        except ValueError:  # an empty cell
+            cells.append("<empty>")
+    parts = [code.co_code.hex(), repr(code.co_consts), repr(getattr(fn, "__defaults__", None)), *cells]
+    return hashlib.sha1("\x00".join(parts).encode()).hexdigest()[:10]
 
 
 def get_reward(spec: str) -> RewardFn:
