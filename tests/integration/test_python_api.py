@@ -104,3 +104,22 @@ def test_the_trl_style_example_runs(tmp_path):
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
     assert lines[-1] == f"run directory: {tmp_path / 'run'}" and "held-out accuracy" in lines[-2]
+
+
+@pytest.mark.slow  # about 35 s on 2 shared cores: a local Ray instance starts
+def test_a_closure_reward_on_the_ray_backend(tmp_path):
+    pytest.importorskip("ray")
+    pids = tmp_path / "pids"
+
+    def accuracy(completions, solution, **kwargs):
+        with open(pids, "a") as f:
+            f.write(f"{os.getpid()} {os.getppid()}\n")
+        return [1.0 if c.strip() == s else 0.0 for c, s in zip(completions, solution)]
+
+    result = train(["builtin:qwen2-char", "builtin:llama-bpe"], accuracy, train_dataset=rows(), preset="tiny-test",
+                   overrides={**QUICK, "backend.name": "ray", "backend.num_cpus_per_agent": 0.5},
+                   output_dir=tmp_path / "run")
+    assert set(result.accuracy) == {"qwen-char", "llama-bpe"}
+    # the driver's scorer ran it, in its worker processes (children of this one), not in a Ray actor
+    scored = [tuple(map(int, line.split())) for line in pids.read_text().splitlines()]
+    assert scored and all(pid != os.getpid() and parent == os.getpid() for pid, parent in scored)
