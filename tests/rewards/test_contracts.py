@@ -163,3 +163,9 @@ def test_python_functions_without_a_spec_travel_to_workers_pickled():
     with RewardScorer(register_python(closure), timeout_s=5.0) as scorer:
         res = scorer.score(["abcd", "ab"], [sample("4")] * 2)
         assert res.rewards == [1.0, 0.0] and scorer.pids  # scored in a worker process
+
+
+def test_an_explicit_contract_leaves_registered_rewards_per_answer():
+    rs = RewardSet.build([spec("accuracy_reward"), "exact"], contract="trl")
+    assert [r.contract for r in rs.rewards] == ["trl", "hacrl"]
+    assert [o[:2] for o in rs.score_batch(["4"], [sample("4", solution="4")])] == [("ok", 2.0)]

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hacrl.rewards.base import get_reward, spec_of
+from hacrl.rewards.base import REWARDS, get_reward, spec_of
 
 CONTRACTS = ("auto", "hacrl", "trl", "verl")
 CONTRACT_ERROR = "contract:"
@@ -239,7 +239,8 @@ class RewardSet:
     @classmethod
     def build(cls, fns: str | Callable | Sequence[str | Callable], *, weights: Sequence[float] | None = None,
               contract: str = "auto") -> RewardSet:
-        """Resolve specs (:func:`~hacrl.rewards.base.get_reward`) and callables; ValueError names the fix."""
+        """Resolve specs (:func:`~hacrl.rewards.base.get_reward`) and callables; ValueError names the fix.
+        ``contract`` other than ``auto`` applies to every function but the registered ones (hacrl's own)."""
         items = [fns] if isinstance(fns, str) or callable(fns) else list(fns)
         if not items:
             raise ValueError("no reward given; name at least one")
@@ -257,7 +258,8 @@ class RewardSet:
             if not callable(fn):
                 raise ValueError(f"reward must be a spec string or a callable, got {type(item).__name__}")
             name = item.strip() if isinstance(item, str) else (spec_of(fn) or getattr(fn, "__qualname__", repr(fn)))
-            rewards.append(Reward(fn, detect_contract(fn) if contract == "auto" else contract, name))
+            registered = isinstance(item, str) and item.strip() in REWARDS  # hacrl's own: always per answer
+            rewards.append(Reward(fn, detect_contract(fn) if contract == "auto" or registered else contract, name))
         return cls(rewards, [float(w) for w in weights])
 
     @property
