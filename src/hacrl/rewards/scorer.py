@@ -1,7 +1,11 @@
 """Bounded-time reward scoring: every answer gets a score, None, or a counted failure - never a hang.
 
 ``RewardScorer(fn, timeout_s=5.0, workers=1).score(completions, samples)`` returns a
-:class:`ScoreResult`. An answer whose reward raises, returns None, returns NaN/inf or a non-number, or
+:class:`ScoreResult`. ``fn`` may be a list of rewards with ``weights`` and any contract (hacrl's per-answer,
+TRL's batched, verl's: :mod:`hacrl.rewards.contract`); a set with a batched reward is called once per chunk
+of answers (one chunk per worker, at most 64 answers), whose limit is ``timeout_s`` times its answers, and a
+chunk past it is timed out whole. ``check(sample)`` calls the rewards once on stand-in answers, where they
+will run, and turns a broken contract into one line. An answer whose reward raises, returns None, returns NaN/inf or a non-number, or
 runs past ``timeout_s`` scores None ("unscorable, skip") and is counted by kind; the other answers keep
 their scores.
 
@@ -29,7 +33,9 @@ How the limit is enforced, and the trade-off:
   ``warmup()`` (the ``math`` reward imports sympy there, ~1 s, before the worker reports ready, so it
   never counts against an answer's limit); and the reward must be nameable in a fresh process - a
   registry name, ``module:function`` or ``file.py:function`` spec, or a module-level function
-  (lambdas and closures only work inline). POSIX only (the pipes are passed by descriptor).
+  (lambdas and closures only work inline, unless registered as ``python:`` names with
+  :func:`~hacrl.rewards.base.register_python`: those travel pickled with cloudpickle). POSIX only (the
+  pipes are passed by descriptor).
 
 Workers exit when the parent closes them (``close()``, ``with``, garbage collection, interpreter exit)
 or when they notice the parent is gone. A scorer is safe to share between threads (calls are
