@@ -90,3 +90,16 @@ def test_weights_and_an_explicit_contract_come_from_the_config(tmp_path):
     forced = dataset_cfg(path, f"task.reward={REWARDS}:per_answer_returns_list", "task.reward_contract=trl")
     with pytest.raises(ConfigError, match="needs the keyword 'completion', which the rows do not have"):
         task_scorer(build_task(forced.task, seed=0, max_new_tokens=4), forced.task)
+
+
+def test_a_conversational_data_set_gives_trl_rewards_message_lists(tmp_path):
+    chat = [{"role": "system", "content": "Answer with the number."}]
+    rows = [{"prompt": [*chat, {"role": "user", "content": f"{i}+1="}], "solution": str(i + 1)} for i in range(8)]
+    cfg = dataset_cfg(write_rows(tmp_path / "chat.jsonl", rows),
+                      f"task.reward=[{REWARDS}:sees_chat_prompts, {REWARDS}:format_reward_func]")
+    task = build_task(cfg.task, seed=0, max_new_tokens=4)
+    problems = task.test_problems()
+    assert problems[0].prompt.endswith("+1=")  # the agents get the user message (and the system one, kept)
+    with task_scorer(task, cfg.task) as scorer:
+        res = scorer.score_problems(["<think>a</think><answer>2</answer>"] * len(problems), problems)
+    assert res.rewards == [2.0] * len(problems)  # 1 (prompts are messages, completions assistant messages) + 1
