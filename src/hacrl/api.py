@@ -89,7 +89,7 @@ class HACRLTrainer:
             mine = dict(config) if isinstance(config, Mapping) else \
                 yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
             tree = merge_trees(tree, mine)
-        sets = [f"{k}={json.dumps(v)}" for k, v in overrides.items()] if isinstance(overrides, Mapping) \
+        sets = [f"{k}={json.dumps(v, default=str)}" for k, v in overrides.items()] if isinstance(overrides, Mapping) \
             else list(overrides or [])
         if output_dir is not None:
             self.run_dir = Path(output_dir)
@@ -104,7 +104,8 @@ class HACRLTrainer:
         task: dict[str, Any] = {}
         if train_dataset is not None:
             task.update(kind="dataset", train_path=self._data(train_dataset, "train"))
-            if not tree.get("task", {}).get("name") or tree.get("task", {}).get("kind") != "dataset":
+            given = tree.get("task") or {}
+            if not given.get("name") or given.get("kind") != "dataset":  # not the preset's builtin task name
                 task["name"] = "dataset"
         if eval_dataset is not None:
             task["test_path"] = self._data(eval_dataset, "eval")
