@@ -169,3 +169,15 @@ def test_an_explicit_contract_leaves_registered_rewards_per_answer():
     rs = RewardSet.build([spec("accuracy_reward"), "exact"], contract="trl")
     assert [r.contract for r in rs.rewards] == ["trl", "hacrl"]
     assert [o[:2] for o in rs.score_batch(["4"], [sample("4", solution="4")])] == [("ok", 2.0)]
+
+
+@pytest.mark.parametrize("timeout_s", [None, 5.0])
+def test_verls_batch_form_and_async_trl_rewards(timeout_s):
+    import trl_rewards
+
+    assert detect_contract(trl_rewards.compute_score_batch) == "verl"
+    assert RewardSet.build(trl_rewards.compute_score_batch).batched
+    samples = [sample("4", solution="4"), sample("4", solution="4")]
+    with RewardScorer([spec("compute_score_batch"), spec("async_accuracy")], weights=[1.0, 2.0],
+                      timeout_s=timeout_s) as scorer:
+        assert scorer.score(["4", "5"], samples).rewards == [3.0, 0.0]  # 1 + 2*1; 0 + 0

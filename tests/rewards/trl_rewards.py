@@ -71,3 +71,12 @@ def per_answer_returns_list(completion, sample):
 
 def three_args(completion, sample, extra):
     return 1.0
+
+
+def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
+    """verl's batch reward manager's form."""
+    return [{"score": float(s.strip() == g)} for s, g in zip(solution_strs, ground_truths)]
+
+
+async def async_accuracy(completions, solution, **kwargs):
+    return [1.0 if c.strip() == s else 0.0 for c, s in zip(completions, solution)]

@@ -14,10 +14,14 @@ A reward function is called under one of three contracts (:data:`CONTRACTS`):
   come from models with different tokenizers; hacrl logs rewards itself).
 - ``verl``: verl's ``compute_score(data_source, solution_str, ground_truth, extra_info)``, once per answer,
   by keyword (only the ones the function takes); ``ground_truth`` is the sample's ``answer``, ``extra_info``
-  the row's ``extra_info`` column over the sample's fields. A returned dict gives its ``"score"``.
+  the row's ``extra_info`` column over the sample's fields. A returned dict gives its ``"score"``. verl's batch
+  form, ``compute_score(data_sources, solution_strs, ground_truths, extra_infos)`` (its batch reward manager's),
+  is called once per batch of answers with those lists and returns one score (or dict) per answer.
+
+An ``async def`` reward (TRL accepts them) is run to its end with ``asyncio.run`` on each call.
 
 ``auto`` (the default) reads the signature (:func:`detect_contract`): a parameter named ``completions`` (or a
-first one named ``prompts``) is ``trl``, one named ``solution_str`` is ``verl``, anything else ``hacrl``; a
+first one named ``prompts``) is ``trl``, one named ``solution_str`` (or ``solution_strs``) is ``verl``, anything else ``hacrl``; a
 function marked with :func:`trl_reward` / :func:`verl_reward` (or given ``task.reward_contract``) is what
 it says. :class:`RewardSet` calls one or several rewards and combines them as TRL's ``reward_weights`` do:
 the weighted sum of the rewards that scored the answer (None: the function could not score it); an answer
@@ -91,7 +95,7 @@ def detect_contract(fn: Callable) -> str:
     names = [p.name for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD and p.kind is not p.VAR_POSITIONAL]
     if "completions" in names or (names and names[0] == "prompts"):
         return "trl"
-    if "solution_str" in names:
+    if "solution_str" in names or "solution_strs" in names:
         return "verl"
     return "hacrl"
 
@@ -120,11 +124,11 @@ class Reward:
 
         try:
             if self.contract == "verl":
-                value = self.fn(**self._verl_kwargs(completion, sample))
+                value = _call(self.fn, **self._verl_kwargs(completion, sample))
                 if isinstance(value, dict):
                     value = value.get("score")
             else:
-                value = self.fn(completion, sample)
+                value = _call(self.fn, completion, sample)
         except TypeError as exc:
             if not self._binds(completion, sample):
                 return self._bad_call(exc)
@@ -137,14 +141,14 @@ class Reward:
                                    "its first parameter `completions` or set task.reward_contract=trl")
         return check_value(value)
 
-    def _verl_kwargs(self, completion: str, sample: dict[str, Any]) -> dict[str, Any]:
+    def _verl_kwargs(self, completion: str, sample: dict[str, Any], every: bool = False) -> dict[str, Any]:
         extra = {k: v for k, v in sample.items() if k not in _PRIVATE}
         if isinstance(sample.get("extra_info"), dict):
             extra.update(sample["extra_info"])
         given = {"data_source": sample.get("data_source"), "solution_str": completion,
                  "ground_truth": sample.get("answer"), "extra_info": extra}
         sig = _signature(self.fn)
-        if sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        if every or sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
             return given
         return {k: v for k, v in given.items() if k in sig.parameters}
 
@@ -193,9 +197,11 @@ class Reward:
         from hacrl.rewards.scorer import check_value
 
         n = len(completions)
+        contract = "TRL's batched contract" if self.contract == "trl" else "verl's batched compute_score"
         try:
-            kwargs = self._trl_kwargs(completions, samples)
-            values = self.fn(**kwargs)
+            kwargs = self._trl_kwargs(completions, samples) if self.contract == "trl" else \
+                self._verl_batch_kwargs(completions, samples)
+            values = _call(self.fn, **kwargs)
         except _MissingKeyword as exc:
             return [_contract_error(self.name, f"needs the keyword {exc.name!r}, which the rows do not have "
                                     f"(they have: {', '.join(exc.have)})", f"add a {exc.name!r} column to the data, "
@@ -204,7 +210,7 @@ class Reward:
             return [("error", None, f"{type(exc).__name__}: {exc}"[:_MAX])] * n
         if _is_number(values) or isinstance(values, (str, bytes, dict)):
             return [_contract_error(self.name, f"returned {type(values).__name__}, expected a list of {n} floats "
-                                    f"(one per completion: TRL's batched contract)", "return a list, or if it "
+                                    f"(one per completion: {contract})", "return a list, or if it "
                                     "scores one answer as fn(completion, sample), set task.reward_contract=hacrl")] * n
         try:
             values = list(values)
@@ -214,10 +220,27 @@ class Reward:
         if len(values) != n:
             return [_contract_error(self.name, f"returned {len(values)} values for {n} completions",
                                     "return one float (or None) per completion, in order")] * n
-        return [check_value(v) for v in values]
+        return [check_value(v.get("score") if isinstance(v, dict) else v) for v in values]
+
+    def _verl_batch_kwargs(self, completions: list[str], samples: list[dict[str, Any]]) -> dict[str, Any]:
+        """verl's batch reward manager's call: the per-answer keywords as lists, named in the plural."""
+        per = [self._verl_kwargs(c, s, every=True) for c, s in zip(completions, samples)]
+        given = {f"{k}s": [p[k] for p in per] for k in ("data_source", "solution_str", "ground_truth", "extra_info")}
+        sig = _signature(self.fn)
+        if sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            return given
+        return {k: v for k, v in given.items() if k in sig.parameters}
+
+    @property
+    def batched(self) -> bool:
+        """Called once per batch: TRL's contract, and verl's batch form (``solution_strs``)."""
+        if self.contract == "trl":
+            return True
+        sig = _signature(self.fn) if self.contract == "verl" else None
+        return sig is not None and "solution_strs" in sig.parameters
 
     def score_batch(self, completions: list[str], samples: list[dict[str, Any]]) -> list[Outcome]:
-        if self.contract == "trl":
+        if self.batched:
             return self._batch(completions, samples)
         return [self._one(c, s) for c, s in zip(completions, samples)]
 
@@ -264,7 +287,7 @@ class RewardSet:
 
     @property
     def batched(self) -> bool:
-        return any(r.contract == "trl" for r in self.rewards)
+        return any(r.batched for r in self.rewards)
 
     def score_batch(self, completions: list[str], samples: list[dict[str, Any]]) -> list[Outcome]:
         """One outcome per answer: the weighted sum of the rewards that scored it (see module doc)."""
@@ -275,6 +298,16 @@ class RewardSet:
 
     def score_one(self, completion: str, sample: dict[str, Any]) -> Outcome:
         return self.score_batch([completion], [sample])[0]
+
+
+def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, run to its end when it is a coroutine (TRL accepts ``async def`` rewards)."""
+    value = fn(*args, **kwargs)
+    if inspect.iscoroutine(value):
+        import asyncio
+
+        value = asyncio.run(value)
+    return value
 
 
 def _combine(outcomes: list[Outcome], weights: list[float]) -> Outcome:
