@@ -125,7 +125,7 @@ class HACRLTrainer:
     def train(self) -> TrainResult:
         """Prepare the run directory and train, as ``hacrl train`` does (:func:`hacrl.cli.train.run_training`)."""
         from hacrl.cli.train import Launch, run_training
-        from hacrl.run.sinks import eval_key
+        from hacrl.run.sinks import eval_key, read_evals
 
         def command(run_dir: Path, flag: str | None, extra: list[str] | None = None) -> str:
             arg = {"--resume": "resume=True", "--overwrite": "overwrite=True"}.get(flag or "", "")
@@ -140,6 +140,10 @@ class HACRLTrainer:
         result = outcome.result or {}
         first, last = result.get("first") or {}, result.get("last") or {}
         accuracy = {a.id: (first.get(eval_key(a.id)), last.get(eval_key(a.id))) for a in self.config.agents}
+        if outcome.result is None:  # a run that had already finished: its evaluations from eval.jsonl
+            evals = read_evals(self.run_dir)
+            end = max((step for step, _ in evals), default=0)
+            accuracy = {a.id: (evals.get((0, a.id)), evals.get((end, a.id))) for a in self.config.agents}
         return TrainResult(self.run_dir, self.config, accuracy, result)
 
     # ---- arguments into config values -----------------------------------------------------------

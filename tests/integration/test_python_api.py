@@ -47,6 +47,11 @@ def test_a_closure_reward_and_a_dataset_train_with_the_tiny_models(tmp_path):
                     overrides={**QUICK, "trainer.steps": 3}, output_dir=tmp_path / "runs" / "api", resume=True)
     assert resumed.config.task.train_path == task["train_path"] and resumed.config.task.reward[0] == task["reward"][0]
     assert resumed.result["last"] and '"step": 3' in (resumed.run_dir / "metrics.jsonl").read_text()
+    # resuming a finished run trains nothing and reads its evaluations back
+    done = train(["builtin:qwen2-char", "builtin:llama-bpe"], [accuracy, f"{REWARDS}:hard_only"],
+                 reward_weights=[1.0, 0.1], train_dataset=rows(), preset="tiny-test",
+                 overrides={**QUICK, "trainer.steps": 3}, output_dir=tmp_path / "runs" / "api", resume=True)
+    assert done.result == {} and done.accuracy == resumed.accuracy
 
 
 def test_loaded_models_and_agent_fields(tmp_path):
