@@ -181,3 +181,12 @@ def test_verls_batch_form_and_async_trl_rewards(timeout_s):
     with RewardScorer([spec("compute_score_batch"), spec("async_accuracy")], weights=[1.0, 2.0],
                       timeout_s=timeout_s) as scorer:
         assert scorer.score(["4", "5"], samples).rewards == [3.0, 0.0]  # 1 + 2*1; 0 + 0
+
+
+def test_numpy_scalars_are_floats_and_arrays_are_lists():
+    np = pytest.importorskip("numpy")
+    assert RewardSet.build(lambda c, s: np.float64(0.5)).score_one("x", sample("4")) == ("ok", 0.5, None)
+    kind, _, message = RewardSet.build(lambda c, s: np.array([1.0])).score_one("x", sample("4"))
+    assert kind == "error" and "returned ndarray, expected a float per answer" in message
+    batch = RewardSet.build(lambda completions, **kw: np.ones(len(completions)))
+    assert [o[:2] for o in batch.score_batch(["a", "b"], [sample("4")] * 2)] == [("ok", 1.0)] * 2

@@ -135,7 +135,7 @@ class Reward:
             return "error", None, f"TypeError: {exc}"[:_MAX]
         except Exception as exc:  # noqa: BLE001 - whatever the reward raises counts as an error, not a crash
             return "error", None, f"{type(exc).__name__}: {exc}"[:_MAX]
-        if isinstance(value, (list, tuple)) or hasattr(value, "__array__"):
+        if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0):  # a list, or an array (not a scalar)
             return _contract_error(self.name, f"returned {type(value).__name__}, expected a float per answer "
                                    f"({self.contract} contract)", "if it scores a batch as TRL's rewards do, name "
                                    "its first parameter `completions` or set task.reward_contract=trl")
