@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"trainer"},
     {"report"},
     {"cli", "__main__"},
+    {"api"},
 ]
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +74,7 @@ def _train_config(args: argparse.Namespace) -> Config:
     return load_config(path=saved, overrides=args.overrides)  # a bad --set is named as such
 
 
-def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
+def _resolve_resume(args: Launch, run_dir: Path) -> Path | None:
     """The checkpoint to resume from: the one given, or the newest intact one (a damaged newer one is
     passed over with a warning); none usable is one line naming the command that starts over."""
     from hacrl.run.checkpoint import MANIFEST, usable_checkpoint, verify_checkpoint
@@ -96,7 +99,7 @@ def _resolve_resume(args: argparse.Namespace, run_dir: Path) -> Path | None:
         refuse_foreign(run_dir)
         why = f"no intact checkpoint ({damaged[0][0].name}: {damaged[0][1]})" if damaged else \
             "no complete checkpoint (the run stopped before its first)"
-        raise ConfigError(f"--resume: {run_dir} has {why}; start over with: {_command(args, run_dir, '--overwrite')}")
+        raise ConfigError(f"--resume: {run_dir} has {why}; start over with: {args.command(run_dir, '--overwrite')}")
     for path, problem in damaged:
         print(f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); resuming from {found.name}",
               file=sys.stderr)
@@ -108,7 +111,43 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError("--resume and --overwrite contradict each other; pick one")
     args = _resume_run_dir(args)
     cfg = _train_config(args)
-    run_dir = _run_dir(args, cfg)
+    launch = Launch(resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,
+                    command=functools.partial(_command, args))
+    return run_training(cfg, _run_dir(args, cfg), launch).code
+
+
+@dataclass
+class Launch:
+    """How a training starts: ``resume`` (None, ``"latest"`` or a checkpoint directory), ``overwrite``,
+    ``quiet`` (no progress bar), and ``command(run_dir, flag, extra_sets)``: the command that continues
+    (``--resume``) or restarts (``--overwrite``) the run, for messages (the CLI's or the Python API's)."""
+
+    resume: str | None = None
+    overwrite: bool = False
+    quiet: bool = False
+    command: Callable[[Path, str | None, list[str] | None], str] = lambda run_dir, flag, extra=None: (
+        f"hacrl train --output {shlex.quote(str(run_dir))}" + (f" {flag}" if flag else ""))
+
+
+@dataclass
+class TrainOutcome:
+    """What :func:`run_training` did: the exit code (0 trained or already finished, 2 bad input or a full
+    disk or diverged, 3 an agent failed, 130 stopped), the run directory, and after a training, the trainer
+    and ``Trainer.train()``'s result (``first``/``last`` evaluations, ``checkpoint``)."""
+
+    code: int
+    run_dir: Path
+    trainer: Any = None
+    result: dict[str, Any] | None = None
+
+
+def run_training(cfg: Config, run_dir: Path, launch: Launch) -> TrainOutcome:
+    """Prepare ``run_dir`` and train ``cfg`` in it: the path checked, a directory that is not a run refused,
+    the run's lock held, resume or overwrite resolved, ``Trainer(cfg, run_dir).train()`` with a progress bar,
+    failures reported with the command that continues, the summary printed; bad input leaves nothing behind.
+    ``hacrl train`` and :func:`hacrl.api.train` both start runs here."""
+    if launch.resume and launch.overwrite:
+        raise ConfigError("resume and overwrite contradict each other; pick one")
     check_output(run_dir)
     if has_content(run_dir):
         refuse_foreign(run_dir)  # before the lock: not even a lock file goes into a directory that is not a run
@@ -116,7 +155,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     lock = RunLock(run_dir)  # one writer per run directory, held until the run ends
     try:
         lock.acquire()
-        return _train_locked(args, cfg, run_dir, bool(made))
+        return _train_locked(launch, cfg, run_dir, bool(made))
     finally:
         lock.release()
         if made and run_dir.is_dir() and not has_content(run_dir):
@@ -137,7 +176,7 @@ def _missing_ancestors(path: Path) -> list[Path]:
     return missing
 
 
-def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created: bool) -> int:
+def _train_locked(args: Launch, cfg: Config, run_dir: Path, created: bool) -> TrainOutcome:
     from hacrl.backends import AgentFailure
     from hacrl.errors import TrainingDiverged
     from hacrl.run.checkpoint import latest_checkpoint
@@ -145,14 +184,14 @@ def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created:
 
     resume_from = _resolve_resume(args, run_dir)
     if resume_from is not None and _already_finished(args, cfg, run_dir, resume_from):
-        return 0
+        return TrainOutcome(0, run_dir)
     fresh = created  # this invocation owns everything in the directory
     if resume_from is None and has_content(run_dir):
         if not args.overwrite:
             refuse_foreign(run_dir)
             if latest_checkpoint(run_dir / "checkpoints") is None:
                 raise ConfigError(f"run directory {run_dir} holds a run that stopped before its first checkpoint; "
-                                  f"start over with: {_command(args, run_dir, '--overwrite')}")
+                                  f"start over with: {args.command(run_dir, '--overwrite')}")
             raise ConfigError(f"run directory {run_dir} exists; pass --resume to continue it or --overwrite to "
                               f"replace it")
         remove_run(run_dir)  # only what a run wrote; anything else is refused before a file is deleted
@@ -165,7 +204,7 @@ def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created:
         full = as_disk_full(exc, run_dir)
         if full is None:
             raise
-        return _disk_full(full, args, run_dir, fresh)
+        return TrainOutcome(_disk_full(full, args, run_dir, fresh), run_dir)
     print(f"hacrl: run directory {run_dir}")
     _print_agents(trainer)
     try:
@@ -177,44 +216,44 @@ def _train_locked(args: argparse.Namespace, cfg: Config, run_dir: Path, created:
             remove_run(run_dir)
         if isinstance(exc, TrainingDiverged):
             kept = f"the last complete checkpoint {last} is intact; " if last else ""
-            print(f"hacrl: error: {exc}\nhacrl: {kept}start over with: {_command(args, run_dir, '--overwrite')}",
+            print(f"hacrl: error: {exc}\nhacrl: {kept}start over with: {args.command(run_dir, '--overwrite')}",
                   file=sys.stderr)
-            return 2
-        where = f"the last complete checkpoint is {last}; resume with: {_command(args, run_dir, '--resume')}" \
+            return TrainOutcome(2, run_dir)
+        where = f"the last complete checkpoint is {last}; resume with: {args.command(run_dir, '--resume')}" \
             if last else "no checkpoint was written yet (set trainer.checkpoint_every); start the run again"
         step = trainer.step_idx + (getattr(exc, "method", None) != "save")  # a save follows its step
         print(f"hacrl: error: step {step}: {exc}; {where}", file=sys.stderr)
-        return 3
+        return TrainOutcome(3, run_dir)
     except BaseException as exc:
         if fresh and latest_checkpoint(run_dir / "checkpoints") is None:
             remove_run(run_dir)  # a failed run with nothing to resume: the retry needs no --overwrite
         full = as_disk_full(exc, run_dir)
         if full is None:
             raise
-        return _disk_full(full, args, run_dir, fresh)
+        return TrainOutcome(_disk_full(full, args, run_dir, fresh), run_dir)
     if result["stopped"]:
-        print(f"hacrl: stopped at step {trainer.step_idx}; resume with: {_command(args, run_dir, '--resume')}",
+        print(f"hacrl: stopped at step {trainer.step_idx}; resume with: {args.command(run_dir, '--resume')}",
               file=sys.stderr)
-        return 130
+        return TrainOutcome(130, run_dir, trainer, result)
     _print_summary(trainer, result, run_dir)
-    return 0
+    return TrainOutcome(0, run_dir, trainer, result)
 
 
-def _disk_full(exc: DiskFull, args: argparse.Namespace, run_dir: Path, fresh: bool) -> int:
+def _disk_full(exc: DiskFull, args: Launch, run_dir: Path, fresh: bool) -> int:
     """One line: what could not be written, the space it needed and the space free, and the command that
     continues the run from its last complete checkpoint (or starts it again: a fresh run that wrote none
     was removed)."""
     from hacrl.run.checkpoint import latest_checkpoint
 
     if latest_checkpoint(run_dir / "checkpoints") is not None:
-        then = f"continue with: {_command(args, run_dir, '--resume')}"
+        then = f"continue with: {args.command(run_dir, '--resume')}"
     else:
-        then = f"start again with: {_command(args, run_dir, '--overwrite' if not fresh else None)}"
+        then = f"start again with: {args.command(run_dir, '--overwrite' if not fresh else None)}"
     print(f"hacrl: error: {exc.describe()}; free space, then {then}", file=sys.stderr)
     return 2
 
 
-def _already_finished(args: argparse.Namespace, cfg: Config, run_dir: Path, checkpoint: Path) -> bool:
+def _already_finished(args: Launch, cfg: Config, run_dir: Path, checkpoint: Path) -> bool:
     """Resuming a run whose checkpoint is at or past ``trainer.steps``: say so, with its evaluations, and
     how to train further; nothing is loaded or written."""
     from hacrl.run.checkpoint import read_manifest
@@ -232,7 +271,7 @@ def _already_finished(args: argparse.Namespace, cfg: Config, run_dir: Path, chec
         before, after = evals.get((0, agent_id)), evals.get((step, agent_id))
         if before is not None or after is not None:
             print(f"  {agent_id:<20} before {_acc(before)}  after {_acc(after)}")
-    print(f"hacrl: to train further: {_command(args, run_dir, '--resume', [f'trainer.steps={2 * done}'])}")
+    print(f"hacrl: to train further: {args.command(run_dir, '--resume', [f'trainer.steps={2 * done}'])}")
     return True
 
 

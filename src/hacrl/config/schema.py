@@ -110,9 +110,29 @@ class TaskConfig(_Section):
     fewshot: int = Field(0, ge=0, description="k worked examples in the task's answer format before every prompt, "
                          "drawn once from the train side")
     options: dict[str, Any] = Field(default_factory=dict, description="reasoning-gym: dataset options")
-    reward: str | None = Field(None, description="reward name or module:function; default: the task's verifier")
+    reward: str | list[str] | None = Field(
+        None, description="reward name, module:function or file.py:function, or a list of them (summed with "
+        "reward_weights); default: the task's verifier")
+    reward_weights: list[float] | None = Field(
+        None, description="one weight per `reward` (TRL's reward_weights: the weighted sum); default: all 1")
+    reward_contract: Literal["auto", "hacrl", "trl", "verl"] = Field(
+        "auto", description="how `reward` is called: hacrl fn(completion, sample), trl fn(completions, **columns) "
+        "-> list (batched), verl compute_score(data_source, solution_str, ground_truth, extra_info); auto: read "
+        "from each function's signature")
     reward_timeout_s: float | None = Field(
-        10.0, gt=0, description="per-answer time limit of a `reward` spec (worker processes); null: score inline")
+        10.0, gt=0, description="per-answer time limit of a `reward` spec (worker processes; a batched call gets it "
+        "per answer it scores); null: score inline")
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> TaskConfig:
+        if isinstance(self.reward, list) and not self.reward:
+            raise ValueError("reward: an empty list; name at least one reward, or leave reward out")
+        if self.reward_weights is not None:
+            n = len(self.reward) if isinstance(self.reward, list) else 1
+            if self.reward is None or len(self.reward_weights) != n:
+                raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {n if self.reward else 0} "
+                                 f"rewards; give one weight per task.reward entry")
+        return self
 
 
 class RolloutConfig(_Section):

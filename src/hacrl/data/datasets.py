@@ -114,6 +114,7 @@ def load_problems(path: str | Path, *, question_field: str = "question", answer_
             first = row
             if (q_field, a_field) == ("question", "answer") and "question" not in row and _is_verl(row):
                 q_field, a_field, verl = "prompt", "reward_model.ground_truth", True
+            q_field, a_field = _trl_fields(row, q_field, a_field, question_field, answer_field)
         try:
             problem = _row_problem(row, index, stem, q_field, a_field, id_field, verl, max_prompt_chars)
             if problem.id in seen_ids:
@@ -136,23 +137,34 @@ def load_problems(path: str | Path, *, question_field: str = "question", answer_
     return LoadResult(problems, counts)
 
 
+def _trl_fields(row: dict[str, Any], q_field: str, a_field: str, q_given: str, a_given: str) -> tuple[str, str]:
+    """TRL's layout (``prompt``, and ``solution`` or ``ground_truth`` for the answer) when the fields were
+    left at their defaults and the rows have no ``question`` / ``answer`` column."""
+    if not (q_given == q_field == "question" and "question" not in row and "prompt" in row):
+        return q_field, a_field
+    if a_given == a_field == "answer" and "answer" not in row:
+        a_field = next((f for f in ("solution", "ground_truth") if f in row), a_field)
+    return "prompt", a_field
+
+
 def _row_problem(row: dict[str, Any], index: int, stem: str, q_field: str, a_field: str,
                  id_field: str | None, verl: bool, max_chars: int | None) -> Problem:
     value = get_field(row, q_field)
-    meta: dict[str, Any] = {"row": index}
+    # every column of the row reaches the reward (TRL passes them all); hacrl's own fields win
+    meta: dict[str, Any] = {**row, "row": index}
     if _is_chat(value):
         question, system = _chat_user_text(value)
-        meta["templated"] = True
+        meta.update(templated=True, chat_prompt=value)
         if system:
             meta["system"] = system
     else:
         question = answer_text(value, "question")
+        if q_field == "prompt":  # a prompt is passed as written: no template unless one is given
+            meta["templated"] = True
     answer = answer_text(get_field(row, a_field), "answer")
     if max_chars is not None and len(question) > max_chars:
         raise SkipRow("prompt_too_long")
     pid = f"{stem}/{index}" if id_field is None else answer_text(get_field(row, id_field), "id")
-    if verl:
-        meta.update({k: row[k] for k in ("data_source", "ability") if row.get(k) is not None})
     return Problem(id=pid, prompt=question, answer=answer, meta=meta)
 
 
@@ -196,13 +208,13 @@ class DatasetTask:
     """
 
     def __init__(self, train: list[Problem], test: list[Problem] | None = None, *, name: str = "dataset",
-                 prompt_template: str | None = None, reward: str = "math", max_new_tokens: int = 4096,
+                 prompt_template: str | None = None, reward: str | list[str] = "math", max_new_tokens: int = 4096,
                  test_fraction: float = 0.05, split_seed: int = HELD_OUT_SEED, max_prompt_chars: int | None = None,
-                 skipped: dict[str, int] | None = None):
-        from hacrl.rewards import get_reward
+                 skipped: dict[str, int] | None = None, reward_contract: str = "auto"):
+        from hacrl.rewards import RewardSet
 
         try:
-            self._reward_fn = get_reward(reward)
+            self._rewards = RewardSet.build(reward, contract=reward_contract)
         except ValueError as exc:
             raise InputError(f"task reward: {exc}") from None
         self.name, self.reward_spec, self.max_new_tokens = name, reward, max_new_tokens
@@ -253,7 +265,7 @@ class DatasetTask:
         return list(self._test if n is None else self._test[:n])
 
     def reward(self, completion: str, sample: dict[str, Any]) -> float | None:
-        return self._reward_fn(completion, sample)
+        return self._rewards.score_one(completion, sample)[1]
 
     @property
     def num_train(self) -> int:
@@ -306,8 +318,9 @@ def make_dataset_task(*, train_path: str | Path, test_path: str | Path | None = 
                       question_field: str = "question", answer_field: str = "answer",
                       id_field: str | None = None, train_split: str | None = None,
                       test_split: str | None = None, prompt_template: str | None = None,
-                      reward: str = "math", max_new_tokens: int = 4096, test_fraction: float = 0.05,
-                      split_seed: int = HELD_OUT_SEED, max_prompt_chars: int | None = None) -> DatasetTask:
+                      reward: str | list[str] = "math", max_new_tokens: int = 4096, test_fraction: float = 0.05,
+                      split_seed: int = HELD_OUT_SEED, max_prompt_chars: int | None = None,
+                      reward_contract: str = "auto") -> DatasetTask:
     """Load the files and build a :class:`DatasetTask` (the config layer's entry point).
 
     ``test_path`` is read with the same field names as ``train_path``, or, with ``test_benchmark`` (a
@@ -334,4 +347,5 @@ def make_dataset_task(*, train_path: str | Path, test_path: str | Path | None = 
     return DatasetTask(train.problems, test, name=name or Path(train_path).stem,
                        prompt_template=prompt_template,
                        reward=reward, max_new_tokens=max_new_tokens, test_fraction=test_fraction,
-                       split_seed=split_seed, max_prompt_chars=max_prompt_chars, skipped=skipped)
+                       split_seed=split_seed, max_prompt_chars=max_prompt_chars, skipped=skipped,
+                       reward_contract=reward_contract)

@@ -44,12 +44,15 @@ def _build(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
             name=None if task_cfg.name == type(task_cfg).model_fields["name"].default else task_cfg.name,
             question_field=task_cfg.question_field, answer_field=task_cfg.answer_field,
             prompt_template=task_cfg.prompt_template, reward=task_cfg.reward or "math",
+            reward_contract=task_cfg.reward_contract,
             max_new_tokens=max_new_tokens, test_fraction=task_cfg.test_fraction, split_seed=task_cfg.test_seed,
             max_prompt_chars=task_cfg.max_prompt_chars)
     from hacrl.data.gym import reasoning_gym_task
 
     kwargs: dict[str, Any] = {"seed": seed, "size": task_cfg.size, "test_size": task_cfg.test_size,
-                              "test_seed": task_cfg.test_seed, "reward": task_cfg.reward,
+                              "test_seed": task_cfg.test_seed,
+                              # a list of rewards is scored by task_scorer; the task keeps its own verifier
+                              "reward": task_cfg.reward if isinstance(task_cfg.reward, str) else None,
                               "max_new_tokens": max_new_tokens,
                               "config": task_cfg.options or None}
     if task_cfg.prompt_template is not None:
@@ -58,16 +61,32 @@ def _build(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
 
 
 def task_scorer(task: Task, task_cfg: TaskConfig) -> RewardScorer:
-    """The ``RewardScorer`` of ``task``'s answers (score them with ``score_problems``): a reward spec
-    (``task.reward``, else the task's ``reward_spec``) in worker processes under ``task.reward_timeout_s``,
-    or the task's own trusted verifier inline. Training and ``hacrl eval`` both score through it."""
+    """The ``RewardScorer`` of ``task``'s answers (score them with ``score_problems``): the reward spec(s)
+    (``task.reward``, else the task's ``reward_spec``) under ``task.reward_contract`` with
+    ``task.reward_weights``, in worker processes under ``task.reward_timeout_s``, or the task's own trusted
+    verifier inline. Training and ``hacrl eval`` both score through it.
+
+    A reward of the user's (not a registered name) is called once here, before any model loads, on the first
+    training problem (:meth:`~hacrl.rewards.RewardScorer.check`): a broken contract stops the run with one line."""
     from hacrl.config import ConfigError
-    from hacrl.rewards import RewardScorer
+    from hacrl.rewards import REWARDS, RewardScorer
 
     spec = task_cfg.reward or task.reward_spec
     if spec is None:
         return RewardScorer(task.reward, timeout_s=None)
     try:
-        return RewardScorer(spec, timeout_s=task_cfg.reward_timeout_s)
+        scorer = RewardScorer(spec, weights=task_cfg.reward_weights, contract=task_cfg.reward_contract,
+                              timeout_s=task_cfg.reward_timeout_s)
     except ValueError as exc:
         raise ConfigError(f"task.reward: {exc}") from None
+    specs = spec if isinstance(spec, list) else [spec]
+    if task_cfg.reward_contract != "auto" or any(s not in REWARDS for s in specs):
+        try:
+            scorer.check(next(iter(task.train_problems(0))).as_sample())
+        except ValueError as exc:
+            scorer.close()
+            raise ConfigError(f"task.reward: {exc}") from None
+        except BaseException:
+            scorer.close()
+            raise
+    return scorer

@@ -29,8 +29,8 @@ named by ``task.reward``, a task's own verifier) is called as ``fn(completion, s
     - metadata, by ``task.kind``. ``builtin``: the task's own fields (``add2``: ``a``, ``b``, ``op``) and
       ``split`` (``"train"`` or ``"test"``). ``dataset``: ``row`` (the row's index in its file) and
       ``question`` (before the template); a question given as chat messages adds ``templated`` and
-      ``system``, verl's parquet layout ``data_source`` and ``ability``; the rows' other columns are not
-      passed on. ``reasoning-gym``: ``split``, ``question`` and ``metadata`` (the generator's own dict).
+      ``system``; every column of the row comes first (a data set's ``solution``, ``difficulty``,
+      verl's ``data_source``, ``extra_info``), hacrl's own fields win over a column of the same name. ``reasoning-gym``: ``split``, ``question`` and ``metadata`` (the generator's own dict).
       Benchmarks (``trainer.eval_benchmarks``, ``hacrl eval --benchmark``, scored with ``math``): the
       reader's fields, ``question`` and ``benchmark``.
 
@@ -50,11 +50,14 @@ A reward of your own, called as the trainer calls it:
 >>> sample["problem_id"], ends_with_answer("so 92", sample), ends_with_answer("93", sample)
 ('add2/07+85', 1.0, 0.0)
 
-docs/howto-reward.md walks through writing, naming and testing one.
+TRL's batched contract (``fn(completions, **columns) -> list``) and verl's ``compute_score`` work as well,
+and several rewards combine with weights: :mod:`hacrl.rewards.contract`. docs/howto-reward.md walks through
+writing, naming and testing one.
 """
 from hacrl.rewards import basic, math_reward  # noqa: F401  (registers the built-in rewards)
-from hacrl.rewards.base import REWARDS, RewardFn, get_reward, spec_of
+from hacrl.rewards.base import REWARDS, RewardFn, get_reward, register_python, spec_of
+from hacrl.rewards.contract import CONTRACTS, RewardSet, detect_contract, trl_reward, verl_reward
 from hacrl.rewards.scorer import KINDS, RewardScorer, ScoreResult, call_reward, check_value
 
-__all__ = ["KINDS", "REWARDS", "RewardFn", "RewardScorer", "ScoreResult", "call_reward", "check_value",
-           "get_reward", "spec_of"]
+__all__ = ["CONTRACTS", "KINDS", "REWARDS", "RewardFn", "RewardScorer", "RewardSet", "ScoreResult", "call_reward",
+           "check_value", "detect_contract", "get_reward", "register_python", "spec_of", "trl_reward", "verl_reward"]

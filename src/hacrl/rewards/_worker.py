@@ -2,10 +2,11 @@
 
 Protocol on two pipes (file descriptors passed on the command line):
 
-- parent -> worker: ``("init", spec, sys_path)``, then lists of ``(index, completion, sample)``
-  chunks, then ``None`` (or EOF) to exit;
+- parent -> worker: ``("init", wire, sys_path)`` (``wire``: ``{"rewards": [(spec, pickled function or None,
+  contract)], "weights": [...]}``), then lists of ``(index, completion, sample)`` chunks, then ``None`` (or
+  EOF) to exit;
 - worker -> parent: ``("ready", pid)`` or ``("init_error", message)``, then one
-  ``(index, kind, value, message)`` per answer, in order.
+  ``(index, kind, value, message)`` per answer, in order (a batched reward set: after one call per chunk).
 
 The worker ignores SIGINT (the parent owns Ctrl-C and kills it), and exits when its parent is gone.
 """
@@ -32,25 +33,31 @@ def main(task_fd: int, result_fd: int) -> None:
     threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     rx, tx = Connection(task_fd, writable=False), Connection(result_fd, readable=False)
     try:
-        _, spec, sys_path = rx.recv()
+        _, wire, sys_path = rx.recv()
     except EOFError:
         return
     sys.path[:] = list(sys_path) + [p for p in sys.path if p not in sys_path]
 
-    from hacrl.rewards.base import get_reward
-    from hacrl.rewards.scorer import call_reward
+    import pickle
 
-    try:
-        fn = get_reward(spec)
-    except Exception as exc:  # noqa: BLE001 - user code failing to load, any way: told to the parent
-        tx.send(("init_error", str(exc)))
-        return
-    warmup = getattr(fn, "warmup", None)
-    if callable(warmup):
+    from hacrl.rewards.base import get_reward
+    from hacrl.rewards.contract import Reward, RewardSet
+
+    rewards = []
+    for spec, pickled, contract in wire["rewards"]:
         try:
-            warmup()
-        except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs time later
-            print(f"hacrl reward worker: warm-up of {spec!r} failed: {exc!r}", file=sys.stderr)
+            fn = pickle.loads(pickled) if pickled is not None else get_reward(spec)
+        except Exception as exc:  # noqa: BLE001 - user code failing to load, any way: told to the parent
+            tx.send(("init_error", str(exc) if pickled is None else f"{spec}: cannot unpickle it here: {exc!r}"))
+            return
+        warmup = getattr(fn, "warmup", None)
+        if callable(warmup):
+            try:
+                warmup()
+            except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs time later
+                print(f"hacrl reward worker: warm-up of {spec!r} failed: {exc!r}", file=sys.stderr)
+        rewards.append(Reward(fn, contract, spec))
+    reward_set = RewardSet(rewards, list(wire["weights"]))
     tx.send(("ready", os.getpid()))
     while True:
         try:
@@ -59,5 +66,10 @@ def main(task_fd: int, result_fd: int) -> None:
             return
         if chunk is None:
             return
-        for index, completion, sample in chunk:
-            tx.send((index, *call_reward(fn, completion, sample)))
+        if reward_set.batched:
+            outcomes = reward_set.score_batch([c for _, c, _ in chunk], [s for _, _, s in chunk])
+            for (index, _, _), outcome in zip(chunk, outcomes):
+                tx.send((index, *outcome))
+        else:
+            for index, completion, sample in chunk:
+                tx.send((index, *reward_set.score_one(completion, sample)))

@@ -34,6 +34,41 @@ _FILE_OF_MODULE: dict[str, str] = {}  # synthetic module name -> absolute path o
 
 _SPEC_HELP = "give a registry name, 'package.module:function' or 'path/to/file.py:function'"
 
+#: ``python:<name>`` specs: functions handed to this process's Python API (``hacrl.train``) that have no
+#: importable spec (a lambda, a closure, a function of a notebook); the scorer ships them to its workers by
+#: pickling them with cloudpickle (see :mod:`hacrl.rewards.scorer`)
+PYTHON_PREFIX = "python:"
+_PYTHON_FNS: dict[str, RewardFn] = {}
+
+
+def register_python(fn: Callable[..., Any]) -> str:
+    """A ``python:<name>`` spec that resolves to ``fn`` in this process (and, pickled, in its reward workers).
+
+    >>> spec = register_python(lambda c, s: 1.0)
+    >>> spec.startswith("python:<lambda>-"), get_reward(spec)("x", {}), register_python(lambda c, s: 1.0) == spec
+    (True, 1.0, True)
+    """
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    spec = f"{PYTHON_PREFIX}{name}-{_fingerprint(fn)}"
+    _PYTHON_FNS[spec] = fn
+    return spec
+
+
+def _fingerprint(fn: Callable[..., Any]) -> str:
+    """A short hash of a function's code, constants, defaults and closure values: the same function gives
+    the same ``python:`` name in another process (so a run resumes with it), another closure another."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return f"{id(fn):x}"
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            cells.append(repr(cell.cell_contents))
+        except ValueError:  # an empty cell
+            cells.append("<empty>")
+    parts = [code.co_code.hex(), repr(code.co_consts), repr(getattr(fn, "__defaults__", None)), *cells]
+    return hashlib.sha1("\x00".join(parts).encode()).hexdigest()[:10]
+
 
 def get_reward(spec: str) -> RewardFn:
     """Resolve a reward spec to a callable; a ValueError names the spec and the fix.
@@ -48,6 +83,11 @@ def get_reward(spec: str) -> RewardFn:
     spec = spec.strip()
     if spec in REWARDS:
         return REWARDS.get(spec)
+    if spec.startswith(PYTHON_PREFIX):
+        if spec not in _PYTHON_FNS:
+            raise ValueError(f"reward {spec!r} was a Python function handed to hacrl.train in another process; "
+                             f"{_SPEC_HELP} (a function defined in a module or file keeps one)")
+        return _PYTHON_FNS[spec]
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ValueError(f"unknown reward {spec!r}; registered: {', '.join(REWARDS.names())}; "
@@ -81,6 +121,9 @@ def spec_of(fn: RewardFn) -> str | None:
     """
     for name in REWARDS:
         if REWARDS.get(name) is fn:
+            return name
+    for name, known in _PYTHON_FNS.items():
+        if known is fn:
             return name
     module_name, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module_name or not qualname or "<" in qualname:

@@ -233,7 +233,8 @@ def warn_if_no_math_verify(task_cfg: Any, benchmarks: bool = False) -> bool:
     back to normalised string match (``\\frac{1}{2}`` vs ``0.5`` then scores 0). True if it warned."""
     import importlib.util
 
-    uses_math = task_cfg.reward == "math" or (task_cfg.kind == "dataset" and task_cfg.reward is None) or benchmarks
+    rewards = task_cfg.reward if isinstance(task_cfg.reward, list) else [task_cfg.reward]
+    uses_math = "math" in rewards or (task_cfg.kind == "dataset" and task_cfg.reward is None) or benchmarks
     if not uses_math or importlib.util.find_spec("math_verify") is not None:
         return False
     logger.warning("math-verify is not installed: the math reward grades by normalised string match only "

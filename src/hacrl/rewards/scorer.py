@@ -1,7 +1,11 @@
 """Bounded-time reward scoring: every answer gets a score, None, or a counted failure - never a hang.
 
 ``RewardScorer(fn, timeout_s=5.0, workers=1).score(completions, samples)`` returns a
-:class:`ScoreResult`. An answer whose reward raises, returns None, returns NaN/inf or a non-number, or
+:class:`ScoreResult`. ``fn`` may be a list of rewards with ``weights`` and any contract (hacrl's per-answer,
+TRL's batched, verl's: :mod:`hacrl.rewards.contract`); a set with a batched reward is called once per chunk
+of answers (one chunk per worker, at most 64 answers), whose limit is ``timeout_s`` times its answers, and a
+chunk past it is timed out whole. ``check(sample)`` calls the rewards once on stand-in answers, where they
+will run, and turns a broken contract into one line. An answer whose reward raises, returns None, returns NaN/inf or a non-number, or
 runs past ``timeout_s`` scores None ("unscorable, skip") and is counted by kind; the other answers keep
 their scores.
 
@@ -29,7 +33,9 @@ How the limit is enforced, and the trade-off:
   ``warmup()`` (the ``math`` reward imports sympy there, ~1 s, before the worker reports ready, so it
   never counts against an answer's limit); and the reward must be nameable in a fresh process - a
   registry name, ``module:function`` or ``file.py:function`` spec, or a module-level function
-  (lambdas and closures only work inline). POSIX only (the pipes are passed by descriptor).
+  (lambdas and closures only work inline, unless registered as ``python:`` names with
+  :func:`~hacrl.rewards.base.register_python`: those travel pickled with cloudpickle). POSIX only (the
+  pipes are passed by descriptor).
 
 Workers exit when the parent closes them (``close()``, ``with``, garbage collection, interpreter exit)
 or when they notice the parent is gone. A scorer is safe to share between threads (calls are
@@ -55,7 +61,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from hacrl.rewards.base import RewardFn, get_reward, spec_of
+from hacrl.rewards.base import PYTHON_PREFIX, RewardFn, spec_of
+from hacrl.rewards.contract import CONTRACT_ERROR, RewardSet
 from hacrl.types import Problem
 
 logger = logging.getLogger(__name__)
@@ -132,24 +139,22 @@ class RewardScorer:
     ([1.0, 0.0, None], 2, 1)
     """
 
-    def __init__(self, fn: str | RewardFn, *, timeout_s: float | None = 5.0, workers: int = 1,
+    def __init__(self, fn: str | RewardFn | Sequence[str | RewardFn], *, weights: Sequence[float] | None = None,
+                 contract: str = "auto", timeout_s: float | None = 5.0, workers: int = 1,
                  startup_timeout_s: float = 60.0) -> None:
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 or None (inline), got {timeout_s!r}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
-        self.fn: RewardFn = get_reward(fn) if isinstance(fn, str) else fn
-        if not callable(self.fn):
-            raise ValueError(f"reward must be a spec string or a callable, got {type(fn).__name__}")
+        items = [fn] if isinstance(fn, str) or callable(fn) else list(fn)
+        self.rewards = RewardSet.build(items, weights=weights, contract=contract)
+        self.fn: RewardFn = self.rewards.rewards[0].fn
         self.timeout_s, self.workers, self.startup_timeout_s = timeout_s, workers, startup_timeout_s
-        self.spec = fn.strip() if isinstance(fn, str) else None
-        if timeout_s is not None and self.spec is None:
-            self.spec = spec_of(self.fn)
-            if self.spec is None:
-                raise ValueError(
-                    f"reward {self.fn!r} cannot be sent to worker processes: define it at module level "
-                    "and pass it (or its 'module:function' / 'file.py:function' spec), or score inline "
-                    "with timeout_s=None")
+        specs = [item.strip() if isinstance(item, str) else spec_of(item) for item in items]
+        self.spec = specs[0] if len(specs) == 1 else ", ".join(str(s) for s in specs)
+        self._wire: dict[str, Any] | None = None
+        if timeout_s is not None:
+            self._wire = self._make_wire(specs)
         self._lock = threading.Lock()
         self._pool: list[_Worker] = []
         self._answered = False  # the reward has returned (or raised) at least once
@@ -157,14 +162,39 @@ class RewardScorer:
         self._owner_pid = os.getpid()
         self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._owner_pid)
 
+    def _make_wire(self, specs: list[str | None]) -> dict[str, Any] | None:
+        """What a worker needs to rebuild the rewards: specs, and ``python:`` functions pickled."""
+        entries = []
+        for reward, spec in zip(self.rewards.rewards, specs):
+            if spec is None:
+                raise ValueError(
+                    f"reward {reward.fn!r} cannot be sent to worker processes: define it at module level "
+                    "and pass it (or its 'module:function' / 'file.py:function' spec), or score inline "
+                    "with timeout_s=None")
+            pickled = None
+            if spec.startswith(PYTHON_PREFIX):
+                pickled = _pickle_function(reward.fn)
+                if pickled is None:
+                    logger.warning("reward %s has no importable spec and cloudpickle is not installed: scored "
+                                   "inline, in this process, without a time limit; fix: define it in a module or "
+                                   "file, or pip install cloudpickle", spec)
+                    self.timeout_s = None
+                    return None
+            entries.append((spec, pickled, reward.contract))
+        return {"rewards": entries, "weights": self.rewards.weights}
+
     def score(self, completions: list[str], samples: list[dict]) -> ScoreResult:
         if len(completions) != len(samples):
             raise ValueError(f"{len(completions)} completions but {len(samples)} samples")
         result = ScoreResult(rewards=[None] * len(completions))
         start = time.monotonic()
         if self.timeout_s is None:
-            for i, (completion, sample) in enumerate(zip(completions, samples)):
-                result.record(i, *call_reward(self.fn, completion, sample))
+            if self.rewards.batched:
+                for i, outcome in enumerate(self.rewards.score_batch(list(completions), list(samples))):
+                    result.record(i, *outcome)
+            else:
+                for i, (completion, sample) in enumerate(zip(completions, samples)):
+                    result.record(i, *self.rewards.score_one(completion, sample))
         else:
             if os.getpid() != self._owner_pid:
                 self._adopt_after_fork()
@@ -176,6 +206,21 @@ class RewardScorer:
                     raise
         result.elapsed_s = time.monotonic() - start
         return result
+
+    def check(self, sample: dict[str, Any]) -> None:
+        """Call the rewards once, where they will run, on ``sample`` (the first training problem's) with two
+        stand-in answers (its ground truth, and an empty one): a broken contract (see
+        :mod:`hacrl.rewards.contract`), or a field the rows lack, is a ValueError of one line naming the fix.
+        A reward that raises anything else, returns None or runs past the limit here is left to training."""
+        result = self.score([str(sample.get("answer", "")), ""], [sample, sample])
+        message = result.first_message.get("error", "").split(": ", 1)[-1]
+        if message.startswith(CONTRACT_ERROR):
+            raise ValueError(message.removeprefix(CONTRACT_ERROR).strip())
+        if message.startswith("KeyError:"):
+            have = ", ".join(sorted(k for k in sample if k not in ("chat_prompt", "templated")))
+            name = self.spec or ", ".join(r.name for r in self.rewards.rewards)
+            raise ValueError(f"reward {name} raised {message} on the first training row, whose sample holds "
+                             f"{have}; fix: read a field it has (a data set's columns all reach the reward)")
 
     def score_problems(self, completions: list[str], problems: Sequence[Problem]) -> ScoreResult:
         """``score`` against problems: each answer's sample is its problem's ``Problem.as_sample()``."""
@@ -206,11 +251,12 @@ class RewardScorer:
         self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._owner_pid)
 
     def _score_in_workers(self, completions: list[str], samples: list[dict], result: ScoreResult) -> None:
-        assert self.timeout_s is not None and self.spec is not None
+        assert self.timeout_s is not None and self._wire is not None
         n = len(completions)
         if n == 0:
             return
-        size = max(1, min(64, -(-n // (self.workers * 4))))
+        # a batched reward: one call per worker's share (at most 64 answers); else chunks of about n / (4 workers)
+        size = max(1, min(64, -(-n // (self.workers * (1 if self.rewards.batched else 4)))))
         order = list(range(n))
         if not self._answered:  # until the reward first returns, try answers spread over the batch (other
             stride = -(-n // HANGS_AFTER)  # prompts, other agents): HANGS_AFTER timeouts then mean it hangs
@@ -226,7 +272,9 @@ class RewardScorer:
             now = time.monotonic()
             for w in self._pool:
                 if w.ready and not w.chunk and pending:
-                    w.assign(pending.popleft(), completions, samples, result, now + self.timeout_s)
+                    chunk = pending.popleft()  # a batched reward answers a chunk at once: its whole budget
+                    limit = self.timeout_s * (len(chunk) if self.rewards.batched else 1)
+                    w.assign(chunk, completions, samples, result, now + limit)
             active = [w for w in self._pool if w.chunk or (not w.ready and pending)]
             if not active:
                 continue
@@ -298,7 +346,10 @@ class RewardScorer:
         self._fail_current(w, result, pending, "timeout", f"ran past the {self.timeout_s} s limit")
 
     def _fail_current(self, w: _Worker, result: ScoreResult, pending: deque, kind: str, msg: str) -> None:
-        if w.chunk:
+        if w.chunk and self.rewards.batched:  # one call scored the chunk: all of it ends this way
+            for index in w.chunk[w.pos :]:
+                result.record(index, kind, None, msg)
+        elif w.chunk:
             result.record(w.chunk[w.pos], kind, None, msg)
             rest = w.chunk[w.pos + 1 :]
             if rest:
@@ -314,14 +365,17 @@ class RewardScorer:
             del self._pool[index]
 
     def _start_worker(self) -> _Worker:
-        assert self.spec is not None
-        return _Worker(self.spec, time.monotonic() + self.startup_timeout_s)
+        assert self._wire is not None
+        wire = self._wire
+        if len(wire["rewards"]) == 1 and wire["rewards"][0][1] is None:  # the spec as it stands now
+            wire = {**wire, "rewards": [(self.spec, None, wire["rewards"][0][2])]}
+        return _Worker(wire, time.monotonic() + self.startup_timeout_s)
 
 
 class _Worker:
     """One worker process and its two pipes; ``chunk[pos]`` is the answer it is scoring now."""
 
-    def __init__(self, spec: str, startup_deadline: float) -> None:
+    def __init__(self, wire: dict[str, Any], startup_deadline: float) -> None:
         task_r, task_w = os.pipe()
         result_r, result_w = os.pipe()
         env = dict(os.environ)
@@ -341,7 +395,7 @@ class _Worker:
         self.ready, self.chunk, self.pos, self.deadline = False, [], 0, startup_deadline
         sys_path = [os.getcwd() if p == "" else p for p in sys.path]
         try:
-            self.tx.send(("init", spec, sys_path))
+            self.tx.send(("init", wire, sys_path))
         except OSError:
             pass  # it died at once; the parent notices EOF on rx
 
@@ -376,6 +430,18 @@ class _Worker:
             logger.warning("reward worker %d did not exit after SIGKILL", self.proc.pid)
         for conn in (self.tx, self.rx):
             conn.close()
+
+
+def _pickle_function(fn: Any) -> bytes | None:
+    """``fn`` pickled by value with cloudpickle (or Ray's copy of it), or None when neither is installed."""
+    try:
+        import cloudpickle
+    except ImportError:
+        try:
+            from ray import cloudpickle  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    return cloudpickle.dumps(fn)
 
 
 def _shutdown(pool: list[_Worker], owner_pid: int) -> None:

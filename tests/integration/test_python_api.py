@@ -1,0 +1,130 @@
+"""The Python trainer (hacrl.api): models, reward callables and rows in, a run directory and the evaluation
+out, through the same start as `hacrl train`; callables without a spec reach the scorer's worker processes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hacrl.api import HACRLTrainer, train
+from hacrl.config import ConfigError
+
+QUICK = {"trainer.steps": 2, "trainer.eval_size": 20, "trainer.log_samples": 0}
+REWARDS = Path(__file__).resolve().parents[1] / "rewards" / "trl_rewards.py"
+
+
+def rows(n: int = 60) -> list[dict]:
+    return [{"prompt": f"{a:02d}+{b:02d}=", "solution": str(a + b), "difficulty": "hard" if a + b > 99 else "easy"}
+            for a, b in ((i * 7 % 100, i * 13 % 100) for i in range(n))]
+
+
+def test_a_closure_reward_and_a_dataset_train_with_the_tiny_models(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    pids = tmp_path / "pids"
+
+    def accuracy(completions, solution, **kwargs):  # a closure: no importable spec, so it travels pickled
+        with open(pids, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return [1.0 if c.strip() == s else 0.0 for c, s in zip(completions, solution)]
+
+    result = train(["builtin:qwen2-char", "builtin:llama-bpe"], [accuracy, f"{REWARDS}:hard_only"],
+                   reward_weights=[1.0, 0.1], train_dataset=datasets.Dataset.from_list(rows()),
+                   preset="tiny-test", overrides=QUICK, output_dir=tmp_path / "runs" / "api")
+    assert result.run_dir == tmp_path / "runs" / "api" and (result.run_dir / "metrics.jsonl").is_file()
+    assert set(result.accuracy) == {"qwen-char", "llama-bpe"}
+    assert all(before is not None and after is not None for before, after in result.accuracy.values())
+    task = yaml.safe_load((result.run_dir / "config.yaml").read_text())["task"]
+    assert task["reward"][0].startswith("python:") and task["reward"][1] == f"{REWARDS}:hard_only"
+    assert task["reward_weights"] == [1.0, 0.1] and task["kind"] == "dataset"
+    assert Path(task["train_path"]).parent == tmp_path / "runs" / ".hacrl-data"  # beside the run, by content
+    assert {int(p) for p in pids.read_text().split()} - {os.getpid()}, "scored in a worker process"
+    # the same rows again are the same file, the same closure the same python: name: the run resumes
+    resumed = train(["builtin:qwen2-char", "builtin:llama-bpe"], [accuracy, f"{REWARDS}:hard_only"],
+                    reward_weights=[1.0, 0.1], train_dataset=rows(), preset="tiny-test",
+                    overrides={**QUICK, "trainer.steps": 3}, output_dir=tmp_path / "runs" / "api", resume=True)
+    assert resumed.config.task.train_path == task["train_path"] and resumed.config.task.reward[0] == task["reward"][0]
+    assert resumed.result["last"] and '"step": 3' in (resumed.run_dir / "metrics.jsonl").read_text()
+    # resuming a finished run trains nothing and reads its evaluations back
+    done = train(["builtin:qwen2-char", "builtin:llama-bpe"], [accuracy, f"{REWARDS}:hard_only"],
+                 reward_weights=[1.0, 0.1], train_dataset=rows(), preset="tiny-test",
+                 overrides={**QUICK, "trainer.steps": 3}, output_dir=tmp_path / "runs" / "api", resume=True)
+    assert done.result == {} and done.accuracy == resumed.accuracy
+
+
+def test_loaded_models_and_agent_fields(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hacrl.backends.resolve import resolve_model_path
+
+    path = resolve_model_path("builtin:llama-bpe")
+    loaded = (AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path))
+    result = HACRLTrainer([{"id": "q", "model": "builtin:qwen2-char", "lr": 3e-4}, loaded],
+                          f"{REWARDS}:accuracy_reward", train_dataset=rows(), preset="tiny-test", overrides=QUICK,
+                          output_dir=tmp_path / "run").train()
+    assert [a.id for a in result.config.agents] == ["q", "llama-bpe"]  # named after its name_or_path
+    assert result.config.agents[1].model.startswith(str(tmp_path / ".hacrl-data" / "models"))
+    assert set(result.accuracy) == {"q", "llama-bpe"}
+
+
+def test_a_broken_reward_stops_before_any_model_loads(tmp_path):
+    def one_float(completions, **kwargs):
+        return 1.0
+
+    trainer = HACRLTrainer(None, one_float, train_dataset=rows(), preset="tiny-test", overrides=QUICK,
+                           output_dir=tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"^task.reward: reward python:.*one_float.* returned float, expected a list"):
+        trainer.train()
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_arguments_are_one_line(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows())})
+    with pytest.raises(ConfigError, match=r"train_dataset: a mapping of 'train' \(a DatasetDict\?\); pass one split"):
+        HACRLTrainer(None, "exact", train_dataset=splits, output_dir=tmp_path / "r")
+    with pytest.raises(ConfigError, match="reward_weights has 1 weights for 2 rewards"):
+        HACRLTrainer(None, ["exact", "numeric"], reward_weights=[1.0], train_dataset=rows(), output_dir=tmp_path / "r")
+
+
+def test_without_cloudpickle_a_python_reward_is_scored_inline(monkeypatch, caplog):
+    from hacrl.rewards import RewardScorer, register_python, scorer
+
+    monkeypatch.setattr(scorer, "_pickle_function", lambda fn: None)
+    with RewardScorer(register_python(lambda completions, **kw: [0.5] * len(completions)), timeout_s=5.0) as s:
+        assert s.timeout_s is None and s.score(["a"], [{"answer": "1"}]).rewards == [0.5] and not s.pids
+    assert "scored inline, in this process, without a time limit" in caplog.text
+
+
+def test_the_trl_style_example_runs(tmp_path):
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "trl_style.py"
+    res = subprocess.run([sys.executable, str(example), "--steps", "1", "--output", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert lines[-1] == f"run directory: {tmp_path / 'run'}" and "held-out accuracy" in lines[-2]
+
+
+@pytest.mark.slow  # about 35 s on 2 shared cores: a local Ray instance starts
+def test_a_closure_reward_on_the_ray_backend(tmp_path):
+    pytest.importorskip("ray")
+    pids = tmp_path / "pids"
+
+    def accuracy(completions, solution, **kwargs):
+        with open(pids, "a") as f:
+            f.write(f"{os.getpid()} {os.getppid()}\n")
+        return [1.0 if c.strip() == s else 0.0 for c, s in zip(completions, solution)]
+
+    result = train(["builtin:qwen2-char", "builtin:llama-bpe"], accuracy, train_dataset=rows(), preset="tiny-test",
+                   overrides={**QUICK, "backend.name": "ray", "backend.num_cpus_per_agent": 0.5},
+                   output_dir=tmp_path / "run")
+    assert set(result.accuracy) == {"qwen-char", "llama-bpe"}
+    # the driver's scorer ran it, in its worker processes (children of this one), not in a Ray actor
+    scored = [tuple(map(int, line.split())) for line in pids.read_text().splitlines()]
+    assert scored and all(pid != os.getpid() and parent == os.getpid() for pid, parent in scored)
