@@ -55,7 +55,7 @@ def test_the_listings_name_the_tasks_and_algorithms(capsys):
     assert "builtin tasks (task.name): add2, add2-trace, add3, mixed, mul1x3" in out and "hub-pair-gsm8k" in out
     assert main(["presets", "--fields"]) == 0
     fields = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("task.name") and "builtin: add2, add3, mixed, mul1x3" in line for line in fields)
+    assert any(line.startswith("task.name") and "builtin: add2, add2-trace, add3, mixed, mul1x3" in line for line in fields)
 
 
 def test_a_failed_run_leaves_no_empty_runs_directory(tmp_path, monkeypatch, capsys):
