@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lint and type check: ruff (the rules chosen in pyproject's [tool.ruff.lint]) over all the Python here, then
-# mypy over the modules in pyproject's [tool.mypy] files (hacrl.core, hacrl.pool.shared and hacrl.config). Any
+# mypy over the modules in pyproject's [tool.mypy] files (core, pool, config, learner, trainer, backends). Any
 # finding exits non-zero. scripts/test.sh runs this before the tests, so CI fails on findings; `make lint` runs it
 # alone.
 set -euo pipefail

@@ -95,7 +95,7 @@ def shard_module(model: nn.Module, group: Any, device: torch.device, *, offload:
         fully_shard(layer, mesh=mesh, offload_policy=policy, mp_policy=mp, reshard_after_forward=True)
     fully_shard(model, mesh=mesh, offload_policy=policy, mp_policy=mp, reshard_after_forward=root_reshard)
     if offload:  # the shards live in host memory; inputs go where the layers compute
-        model.compute_device = device
+        model.compute_device = device  # type: ignore[assignment]  # an attribute of ours on the module
     for m in model.modules():
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)  # sum, not mean: each rank's loss is its share of the minibatch
@@ -259,7 +259,7 @@ def _tied(model: nn.Module, key: str) -> bool:
     return key.endswith("lm_head.weight") and bool(getattr(model.config, "tie_word_embeddings", False))
 
 
-def _plain_twin(agent: Any) -> nn.Module:
+def _plain_twin(agent: Any) -> Any:  # a PreTrainedModel (or a PEFT model) on the meta device
     """An unsharded, weightless (meta) copy of the agent's architecture (with the same LoRA adapters). Its
     dtype is the one of the weights :func:`export_pretrained` assigns into it; a LoRA model answers
     ``config`` with its base model's."""

@@ -78,12 +78,18 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
         if t.source == learner.index:
             behav = t.behav_logp_sum / max(t.num_tokens, 1) if t.behav_logp_sum is not None else None
             rows.append(ViewRow(t.prompt_index, t.source, True, prompt_ids, list(t.token_ids), t.logp_mean,
-                                t.token_logps, float(t.reward), behav_logp_mean=behav, version_gap=t.version_gap))
+                                t.token_logps, _scored(t.reward), behav_logp_mean=behav, version_gap=t.version_gap))
         else:
             answer_ids, truncated = learner.encode_answer(t.text, t.finished)
             rows.append(ViewRow(t.prompt_index, t.source, False, prompt_ids, answer_ids, t.logp_mean, None,
-                                float(t.reward), truncated))
+                                _scored(t.reward), truncated))
     return rows
+
+
+def _scored(reward: float | None) -> float:
+    if reward is None:  # pool.scored() leaves unscorable answers out
+        raise ValueError("an unscorable answer reached a learner's view")
+    return float(reward)
 
 
 def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor) -> None:

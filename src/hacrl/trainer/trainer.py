@@ -277,7 +277,7 @@ class Trainer:
         ``trainer.start_eval_cache`` when a run with the same start wrote it there (:mod:`.start_eval`)."""
         cache = start_cache(self.cfg)
         result = cache.load() if cache else None
-        if result is not None:
+        if result is not None and cache is not None:
             logger.info("step-0 evaluation copied from %s", cache.path)
         else:
             result = self.evaluation(budget=True)
@@ -324,7 +324,7 @@ class Trainer:
                 totals.append({"step": self.step_idx, **where, **res.as_dict()})
                 per_problem.append({"step": self.step_idx, "agent": agent_id, **where, **records.as_dict()})
                 out[eval_key(agent_id, metric, name)] = res.greedy_acc
-                if res.sampled_avg is not None:
+                if res.sampled_avg is not None and res.sampled_pass is not None:
                     out[eval_key(agent_id, f"sampled_avg@{k}", name)] = res.sampled_avg
                     out[eval_key(agent_id, f"sampled_pass@{k}", name)] = res.sampled_pass
         return Evaluation(out, totals, per_problem)
@@ -416,7 +416,10 @@ class Trainer:
 
         while min(loop.versions) < t.steps and not self.stop.requested:
             mark = min(m for m in (next_eval, next_ckpt, t.steps) if m is not None)
-            loop.run_until(lambda m=mark: min(loop.versions) >= m or self.stop.requested, on_update)
+            def reached(m: int = mark) -> bool:
+                return min(loop.versions) >= m or self.stop.requested
+
+            loop.run_until(reached, on_update)
             slowest = min(loop.versions)
             final = slowest >= t.steps
             metrics: dict[str, float] = {}
