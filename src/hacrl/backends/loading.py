@@ -9,7 +9,7 @@ from typing import Any
 from hacrl.agents.agent import DTYPES, Agent, load_agent
 from hacrl.backends.devices import check_device, warn_slow_cpu_precision
 from hacrl.backends.resolve import resolve_model_path
-from hacrl.config import Config
+from hacrl.config import AgentSpec, Config
 from hacrl.errors import DamagedCheckpoint, InputError
 
 
@@ -28,17 +28,9 @@ def load_worker_agent(cfg: Config, index: int, resume_from: Path | None) -> Agen
         raise InputError(f"{field}: {exc}") from None
     lora = spec.lora.model_dump() if spec.lora else None
     # a LoRA agent resumes as its base model plus the checkpoint's adapter
-    agent = load_agent(
-        spec.id, index, resolve_model_path(spec.model, field) if lora else path, lora=lora,
-        adapter_path=path if lora and resume_from else None,
-        dtype=spec.dtype, device=spec.device, template=spec.template,
-        system_prompt=spec.system_prompt, chat_template_kwargs=spec.chat_template_kwargs,
-        max_prompt_tokens=spec.max_prompt_tokens,
-        max_answer_tokens=spec.max_answer_tokens or cfg.rollout.max_new_tokens,
-    )
-    agent.source = spec.model
-    if spec.autocast:
-        agent.autocast_dtype = DTYPES[spec.autocast]
+    agent = load_answering_agent(spec, index, resolve_model_path(spec.model, field) if lora else path,
+                                 max_new_tokens=cfg.rollout.max_new_tokens, lora=lora,
+                                 adapter_path=path if lora and resume_from else None)
     if spec.gradient_checkpointing:
         from hacrl.agents.agent import enable_checkpointing
 
@@ -55,6 +47,25 @@ def load_worker_agent(cfg: Config, index: int, resume_from: Path | None) -> Agen
             agent.enable_reference()
     if resume_from:
         from_checkpoint(path / "optimizer.pt", lambda: agent.load_optimizer(path))
+    return agent
+
+
+def load_answering_agent(spec: AgentSpec, index: int, path: Path, *, max_new_tokens: int,
+                         lora: dict[str, Any] | None = None, adapter_path: Path | None = None) -> Agent:
+    """Agent ``index`` as ``spec`` has it answer (precision, device, prompt rendering, prompt and answer limits,
+    autocast) from the model directory ``path``: the part of loading that training (``load_worker_agent``, which
+    adds the optimizer and reference) and ``hacrl eval`` share, so an evaluation renders and generates as the
+    run did. A LoRA checkpoint directory given as ``path`` loads as its merged copy."""
+    agent = load_agent(
+        spec.id, index, path, lora=lora, adapter_path=adapter_path,
+        dtype=spec.dtype, device=spec.device, template=spec.template,
+        system_prompt=spec.system_prompt, chat_template_kwargs=spec.chat_template_kwargs,
+        max_prompt_tokens=spec.max_prompt_tokens,
+        max_answer_tokens=spec.max_answer_tokens or max_new_tokens,
+    )
+    agent.source = spec.model
+    if spec.autocast:
+        agent.autocast_dtype = DTYPES[spec.autocast]
     return agent
 
 

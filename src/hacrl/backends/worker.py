@@ -58,7 +58,7 @@ from hacrl.learner.update import (
 )
 from hacrl.learner.window import WINDOW_FILE, LearnerWindow
 from hacrl.rollout import SamplingParams
-from hacrl.rollout.base import logprob_gap
+from hacrl.rollout.base import generate_answers, logprob_gap
 from hacrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -230,14 +230,9 @@ class AgentWorker:
         text, finished, log-prob sum, token count), without their token ids; ``params.n`` per prompt, prompt-major."""
         self._wake_up()
         share = my_share(len(prompts), self.rank, self.world)
-        out: list[Trajectory] = []
         with self._own_rng(), diverges_in(self.agent.model, self.spec, "eval", self.step_idx):
-            for start in range(share.start, share.stop, batch_size):
-                rendered = [self.agent.render_prompt(p) for p in prompts[start : min(start + batch_size, share.stop)]]
-                samples = self.engine.generate(self.agent, rendered, params)
-                texts = self.agent.decode_answers([list(s.token_ids) for s in samples])
-                out.extend(Trajectory(start + s.prompt_index, self.index, text, s.finished, float(sum(s.logps)),
-                                      len(s.token_ids)) for s, text in zip(samples, texts, strict=True))
+            out: list[Trajectory] = generate_answers(self.agent, self.engine, prompts, params, batch_size=batch_size,
+                                                     indices=share)
         return out
 
     def save(self, path: Path) -> None:

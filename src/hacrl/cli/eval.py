@@ -37,7 +37,7 @@ def add_eval_parser(sub: Any) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Each agent alone on a task's held-out split and/or local benchmark files: a markdown table per metric
     (agents x benchmarks, plus the mean over benchmarks), optionally JSON."""
-    from hacrl.agents.agent import load_agent
+    from hacrl.backends.loading import load_answering_agent
     from hacrl.rollout import get_engine
     from hacrl.trainer.evaluation import METRICS, evaluate_agent, markdown_table, suite_tables
 
@@ -52,9 +52,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     engine = get_engine("hf")
     records: list[dict[str, Any]] = []
     try:
-        for i, (agent_id, path, kwargs) in enumerate(models):
-            try:
-                agent = load_agent(agent_id, i, path, **kwargs)
+        for i, (agent_id, path, spec) in enumerate(models):
+            try:  # as training loads it to answer: rendering, limits, precision, autocast (backends.loading)
+                agent = load_answering_agent(spec, i, path, max_new_tokens=max_new)
             except InputError as exc:
                 if i < len(models) - len(args.model):
                     raise  # an agent of --run: agents.<id>.model names it
@@ -87,13 +87,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[str, Any]]], dict | None]:
-    """(agent id, model directory, load_agent keyword arguments) per agent, and the run's config if any."""
+def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, Any]], dict | None]:
+    """(agent id, model directory, its ``AgentSpec``) per agent, and the run's config if any: a run's agents with
+    every field the run trained them with, a ``--model`` with the command line's settings."""
     from hacrl.backends.devices import check_device
+    from hacrl.config import AgentSpec
     from hacrl.run.checkpoint import read_manifest, usable_checkpoint
     from hacrl.trainer.trainer import resolve_model_path
 
-    models: list[tuple[str, Path, dict[str, Any]]] = []
+    models: list[tuple[str, Path, AgentSpec]] = []
     run_cfg = None
     if args.run:
         run = Path(args.run)
@@ -112,10 +114,8 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[s
               f"{', the end of training' if step == steps else ''})", file=sys.stderr)
         for a in run_cfg["agents"]:
             check_device(a.get("device", "cpu"), f"--run {run}: agents.{a['id']}.device")
-        keep = ("dtype", "device", "template", "system_prompt", "chat_template_kwargs")
-        # a LoRA agent's checkpoint directory loads as its merged copy
-        models += [(a["id"], found / "agents" / a["id"], {k: a[k] for k in keep if k in a})
-                   for a in run_cfg["agents"]]
+        # the run's validated agents (every field); a LoRA agent's checkpoint directory loads as its merged copy
+        models += [(a["id"], found / "agents" / a["id"], AgentSpec.model_validate(a)) for a in run_cfg["agents"]]
     try:
         chat_kwargs = json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else {}
     except json.JSONDecodeError as exc:
@@ -129,7 +129,8 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, dict[s
             path = resolve_model_path(spec)
         except FileNotFoundError as exc:
             raise ConfigError(f"--model {spec}: {exc}") from None
-        models.append((name, path, {"dtype": args.dtype, "device": args.device, "chat_template_kwargs": chat_kwargs}))
+        models.append((name, path, AgentSpec(id=name, model=spec, dtype=args.dtype, device=args.device,
+                                             chat_template_kwargs=chat_kwargs)))
     if not models:
         raise ConfigError("eval: give --run DIR or at least one --model")
     return models, run_cfg

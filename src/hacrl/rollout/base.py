@@ -75,3 +75,23 @@ def logprob_gap(engine: list[Sample], trained: list[Sample]) -> dict[str, float]
         seq_dev += abs(float(torch.exp(diff.mean())) - 1.0)
         n += 1
     return {"logp_gap_mean": total / max(count, 1), "logp_gap_max": worst, "seq_ratio_dev": seq_dev / max(n, 1)}
+
+
+def generate_answers(agent: Any, engine: RolloutEngine, prompts: list[str], params: SamplingParams, *,
+                     batch_size: int, indices: range | None = None) -> list[Any]:
+    """The agent's answers to ``prompts[i]`` for ``i`` in ``indices`` (default: all), ``batch_size`` prompts per
+    engine call, as unscored ``Trajectory`` records (prompt index into ``prompts``, text, finished, log-prob sum,
+    token count; no token ids), ``params.n`` per prompt, prompt-major. The one generation path of every
+    evaluation: the trainer's workers (``AgentWorker.generate_answers``, on their share of the prompts) and
+    ``hacrl eval`` (``hacrl.trainer.evaluation.evaluate_agent_problems``) both call it."""
+    from hacrl.types import Trajectory
+
+    indices = range(len(prompts)) if indices is None else indices
+    out: list[Trajectory] = []
+    for start in range(indices.start, indices.stop, batch_size):
+        rendered = [agent.render_prompt(p) for p in prompts[start : min(start + batch_size, indices.stop)]]
+        samples = engine.generate(agent, rendered, params)
+        texts = agent.decode_answers([list(s.token_ids) for s in samples])
+        out.extend(Trajectory(start + s.prompt_index, agent.index, text, s.finished, float(sum(s.logps)),
+                              len(s.token_ids)) for s, text in zip(samples, texts, strict=True))
+    return out

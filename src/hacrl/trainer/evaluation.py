@@ -17,7 +17,7 @@ from hacrl.agents.agent import Agent
 from hacrl.config import Config, ConfigError
 from hacrl.errors import InputError
 from hacrl.rewards import RewardScorer
-from hacrl.rollout.base import RolloutEngine, SamplingParams
+from hacrl.rollout.base import RolloutEngine, SamplingParams, generate_answers
 from hacrl.types import Problem, Trajectory
 
 
@@ -105,16 +105,10 @@ def evaluate_agent_problems(
     texts: int = 0,
 ) -> tuple[EvalResult, ProblemRecords]:
     """``evaluate_agent``'s totals and the per-problem records (the first ``texts`` answer texts kept)."""
-    prompts = [agent.render_prompt(p.prompt) for p in problems]
+    prompts = [p.prompt for p in problems]
 
     def answers(params: SamplingParams) -> list[Trajectory]:
-        out: list[Trajectory] = []
-        for start in range(0, len(prompts), batch_size):
-            samples = engine.generate(agent, prompts[start : start + batch_size], params)
-            decoded = agent.decode_answers([list(s.token_ids) for s in samples])
-            out.extend(Trajectory(start + s.prompt_index, agent.index, text, s.finished, float(sum(s.logps)),
-                                  len(s.token_ids)) for s, text in zip(samples, decoded, strict=True))
-        return out
+        return generate_answers(agent, engine, prompts, params, batch_size=batch_size)  # the workers' path too
 
     greedy = answers(SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True))
     sampled = answers(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)) \
