@@ -54,6 +54,7 @@ def test_a_closure_reward_and_a_dataset_train_with_the_tiny_models(tmp_path):
     assert done.result == {} and done.accuracy == resumed.accuracy
 
 
+@pytest.mark.model
 def test_loaded_models_and_agent_fields(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,6 +99,7 @@ def test_without_cloudpickle_a_python_reward_is_scored_inline(monkeypatch, caplo
     assert "scored inline, in this process, without a time limit" in caplog.text
 
 
+@pytest.mark.model
 def test_the_trl_style_example_runs(tmp_path):
     import subprocess
     import sys

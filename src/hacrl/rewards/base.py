@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import math
+import numbers
 import os
 import sys
 from collections.abc import Callable
@@ -182,3 +184,22 @@ def _load_file(spec: str, target: str) -> Any:
                          f"{type(exc).__name__}: {exc}; fix the file") from exc
     _FILE_OF_MODULE[name] = str(path)
     return module
+
+
+def check_value(value: Any) -> tuple[str, float | None, str | None]:
+    """Classify a reward's return value as (kind, reward or None, message or None).
+
+    >>> check_value(1), check_value(None)[0], check_value(float("nan"))[0], check_value("1")[0]
+    (('ok', 1.0, None), 'none', 'nan', 'error')
+    """
+    if value is None:
+        return "none", None, "returned None"
+    if not isinstance(value, numbers.Real):
+        return "error", None, f"returned {type(value).__name__}, expected a float or None"
+    try:
+        reward = float(value)
+    except (OverflowError, ValueError) as exc:
+        return "error", None, f"returned {type(value).__name__} that is not a float: {exc}"
+    if not math.isfinite(reward):
+        return "nan", None, f"returned {reward}"
+    return "ok", reward, None

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hacrl.rewards.base import REWARDS, get_reward, spec_of
+from hacrl.rewards.base import REWARDS, check_value, get_reward, spec_of
 
 CONTRACTS = ("auto", "hacrl", "trl", "verl")
 CONTRACT_ERROR = "contract:"
@@ -120,7 +120,6 @@ class Reward:
 
     # ---- per-answer contracts -------------------------------------------------------------------
     def _one(self, completion: str, sample: dict[str, Any]) -> Outcome:
-        from hacrl.rewards.scorer import check_value
 
         try:
             if self.contract == "verl":
@@ -194,7 +193,6 @@ class Reward:
         return {k: v for k, v in given.items() if k in sig.parameters}
 
     def _batch(self, completions: list[str], samples: list[dict[str, Any]]) -> list[Outcome]:
-        from hacrl.rewards.scorer import check_value
 
         n = len(completions)
         contract = "TRL's batched contract" if self.contract == "trl" else "verl's batched compute_score"

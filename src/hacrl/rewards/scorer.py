@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import os
 import pickle
 import subprocess
@@ -61,7 +60,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from hacrl.rewards.base import PYTHON_PREFIX, RewardFn, spec_of
+from hacrl.rewards.base import PYTHON_PREFIX, RewardFn, check_value, spec_of
 from hacrl.rewards.contract import CONTRACT_ERROR, RewardSet
 from hacrl.types import Problem
 
@@ -100,25 +99,6 @@ class ScoreResult:
         if message is not None and index < self._first_index.get(kind, len(self.rewards)):
             self._first_index[kind] = index
             self.first_message[kind] = f"answer {index}: {message}"[:_MAX_MESSAGE]
-
-
-def check_value(value: Any) -> tuple[str, float | None, str | None]:
-    """Classify a reward's return value as (kind, reward or None, message or None).
-
-    >>> check_value(1), check_value(None)[0], check_value(float("nan"))[0], check_value("1")[0]
-    (('ok', 1.0, None), 'none', 'nan', 'error')
-    """
-    if value is None:
-        return "none", None, "returned None"
-    if not isinstance(value, numbers.Real):
-        return "error", None, f"returned {type(value).__name__}, expected a float or None"
-    try:
-        reward = float(value)
-    except (OverflowError, ValueError) as exc:
-        return "error", None, f"returned {type(value).__name__} that is not a float: {exc}"
-    if not math.isfinite(reward):
-        return "nan", None, f"returned {reward}"
-    return "ok", reward, None
 
 
 def call_reward(fn: RewardFn, completion: str, sample: dict) -> tuple[str, float | None, str | None]:
