@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hacrl: error: {exc.filename}: {exc.strerror}; check the path and its permissions", file=sys.stderr)
             return 2
         raise
-    except KeyboardInterrupt:
-        print("hacrl: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"hacrl: interrupted{f': {exc}' if str(exc) else ''}", file=sys.stderr)
         return 130
 
 

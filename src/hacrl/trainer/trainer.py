@@ -68,13 +68,19 @@ Progress = Callable[[int, dict[str, float]], None]  # called with each metrics l
 
 
 class StopRequests:
-    """SIGINT and SIGTERM while a loop runs: finish the current step (or cut), checkpoint, stop."""
+    """SIGINT and SIGTERM while a loop runs: the first finishes the current step (or cut), checkpoints and stops;
+    a second aborts at once (``KeyboardInterrupt`` from wherever the loop is), leaving the last complete
+    checkpoint as it was (checkpoints are written whole or not at all)."""
 
     def __init__(self) -> None:
         self.requested = False
 
     def request(self, signum: int, _frame: Any) -> None:
-        logger.warning("received %s: finishing the current step, then checkpointing", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if self.requested:
+            raise KeyboardInterrupt(f"aborted at a second {name}; the last complete checkpoint is kept")
+        logger.warning("received %s: finishing the current step, then checkpointing (send it again to abort at "
+                       "once; the last complete checkpoint is kept)", name)
         self.requested = True
 
     @contextlib.contextmanager
