@@ -35,4 +35,4 @@ bench: setup
 	$(VENV)/bin/python bench/step_time.py
 
 clean:
-	rm -rf $(VENV) runs build mutants *.egg-info
+	rm -rf $(VENV) .venv-demo runs build mutants *.egg-info
