@@ -302,9 +302,12 @@ def test_the_committed_comparison_without_records_reports_as_before():
     assert [{k: v for k, v in r.items() if k not in ("dir", "wall_short")} for r in s["runs"]] == [
         {k: v for k, v in r.items() if k != "dir"} for r in committed["runs"]]
     assert not any(r["wall_short"] for r in s["runs"])  # (a later field) every record there is whole
-    # the reading as before, with the missing imitation baseline named before the differences it qualifies
-    assert s["reading"][:-2] == committed["reading"][:-1]
-    assert s["reading"][-2].startswith("Missing baseline: imitation")
+    # the reading as before, with the missing imitation baseline named before the differences it qualifies, and
+    # where an agent ended below its partner's start (the shipped model under every algorithm here)
+    assert s["reading"][:-3] == committed["reading"][:-1]
+    assert s["reading"][-3].startswith("Missing baseline: imitation")
+    assert s["reading"][-2].startswith("Below the partner's start: smollm2 under hacpo ended at 0.453, below "
+                                       "smollm2-sft's start")
     assert s["reading"][-1] == committed["reading"][-1] + " (No per-problem records, so no paired interval.)"
     st = s["results"]["smollm2"]["hacpo"]["vs"]["gspo"]
     assert st["interval"] is None and st["interval_note"].startswith("no interval: these runs have no per-problem")

@@ -10,6 +10,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from hacrl.report.reading import partner_starts
 from hacrl.run.files import write_atomic
 
 
@@ -48,9 +49,10 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
         for algo in algos:
             n = finished_seeds(per_algo[algo]["final"]["by_seed"])
             labels[algo] = algo if n == n_seeds else f"{algo} ({n} seed{'s' if n != 1 else ''})"
-        draw_curves(axes[0], per_algo, algos, colors, labels=labels)
+        refs = {f"{other}'s start": start for other, start in partner_starts(summary, agent).items()}
+        draw_curves(axes[0], per_algo, algos, colors, labels=labels, references=refs)
         draw_curves(axes[1], per_algo, algos, colors, x="answers", xlabel=f"answers {agent} generated in training",
-                    labels=labels)
+                    labels=labels, references=refs)
         axes[0].set_ylabel("held-out greedy accuracy")
         axes[0].legend()
         fig.suptitle(f"{agent}: mean over {n_seeds} seed{'s' if n_seeds != 1 else ''}"
@@ -93,12 +95,17 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
 
 
 def draw_curves(ax: Any, per_algo: dict[str, Any], algos: list[str], colors: dict[str, str], *,
-                x: str = "steps", xlabel: str = "training step", labels: dict[str, str] | None = None) -> None:
+                x: str = "steps", xlabel: str = "training step", labels: dict[str, str] | None = None,
+                references: dict[str, float] | None = None) -> None:
     """One agent's held-out accuracy curves on ``ax``: for each of ``algos``, the mean over seeds of
     ``per_algo[algo]["curve"]`` (summary.json's ``results.<agent>.<algo>.curve``) against ``x`` ("steps" or
     "answers", the answers the agent generated), with a band of ± one sd over seeds, in ``colors[algo]``,
-    named ``labels[algo]`` (default: the algorithm)."""
+    named ``labels[algo]`` (default: the algorithm); ``references``: a dashed grey line per label (the partners'
+    starting accuracy), so a curve that ends below a partner's start shows it."""
     from matplotlib.ticker import MaxNLocator
+
+    for i, (label, value) in enumerate((references or {}).items()):
+        ax.axhline(value, color="0.45", linestyle=("--", ":", "-.")[i % 3], linewidth=1, label=label)
 
     for algo in algos:
         if x in per_algo[algo]["curve"]:  # a summary from before the cost axis has steps only

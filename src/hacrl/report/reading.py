@@ -124,6 +124,38 @@ def answer_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ---- the automatic reading ----------------------------------------------------------------------------
 
+def partner_starts(summary: dict[str, Any], agent: str) -> dict[str, float]:
+    """The other agents' accuracy at step 0 (the first algorithm's start: every run of a comparison starts from
+    the same agents), by agent: the reference an agent's curve is drawn against."""
+    results = summary.get("results", {})
+    first = (summary.get("algorithms") or [None])[0]
+    return {other: start for other in summary.get("agents", results) if other != agent
+            if (start := results.get(other, {}).get(first, {}).get("start")) is not None}
+
+
+def below_partner_start(summary: dict[str, Any]) -> list[str]:
+    """Where an agent ended below a partner's step-0 accuracy, per algorithm, with the seeds that did: what 30
+    steps of collaboration left an agent short of (a partner fine-tuned beforehand can start higher).
+
+    >>> r = {"a": {"hacpo": {"start": 0.1, "final": {"mean": 0.4, "by_seed": {"0": 0.45, "1": 0.35}}}},
+    ...      "b": {"hacpo": {"start": 0.5, "final": {"mean": 0.6, "by_seed": {"0": 0.6, "1": 0.6}}}}}
+    >>> below_partner_start({"algorithms": ["hacpo"], "agents": ["a", "b"], "results": r})
+    ["a under hacpo ended at 0.400, below b's start 0.500 (2 of 2 seeds)"]
+    """
+    out = []
+    results = summary.get("results", {})
+    for agent in summary.get("agents", results):
+        for other, start in partner_starts(summary, agent).items():
+            for algo in summary.get("algorithms", []):
+                final = results.get(agent, {}).get(algo, {}).get("final") or {}
+                seeds = {s: v for s, v in (final.get("by_seed") or {}).items() if v is not None}
+                if final.get("mean") is not None and final["mean"] < start:
+                    n_below = sum(v < start for v in seeds.values())
+                    out.append(f"{agent} under {algo} ended at {final['mean']:.3f}, below {other}'s start "
+                               f"{start:.3f} ({n_below} of {len(seeds)} seeds)")
+    return out
+
+
 def automatic_reading(summary: dict[str, Any]) -> list[str]:
     """One paragraph per pool-sharing algorithm, plus one on the accuracy differences."""
     paragraphs = []
@@ -136,6 +168,9 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
     if missing:
         paragraphs.append("Missing baseline" + ("s" if len(missing) > 1 else "") + ": " + "; ".join(missing)
                           + ".")
+    below = below_partner_start(summary)
+    if below:
+        paragraphs.append("Below the partner's start: " + "; ".join(below) + ".")
     baselines = summary.get("baselines", [])
     results = summary["results"]
     all_same = all(len({round(r["final"]["mean"], 9) for r in per_algo.values()
