@@ -33,6 +33,8 @@ def add_train_parser(sub: Any) -> None:
                    "checkpoints/step-* directory given")
     t.add_argument("--overwrite", action="store_true", help="delete an existing run directory first")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--check", action="store_true", help="list every problem the run would meet (config, extras, "
+                   "devices, models, Ray resources, data and reward) in one pass, load nothing, and exit")
 
 
 def _run_dir(args: argparse.Namespace, cfg: Config) -> Path:
@@ -110,6 +112,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other; pick one")
     args = _resume_run_dir(args)
+    if getattr(args, "check", False):
+        from hacrl.cli.check import cmd_check
+
+        return cmd_check(args, lambda: _train_config(args))
     cfg = _train_config(args)
     launch = Launch(resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,
                     command=functools.partial(_command, args))

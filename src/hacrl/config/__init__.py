@@ -14,6 +14,7 @@ from hacrl.config.load import (
     apply_override,
     build_config,
     config_fields,
+    config_problems,
     dataset_name,
     dump_config,
     load_config,
@@ -49,6 +50,6 @@ __all__ = [
     "AgentSpec", "AlgorithmConfig", "AsyncConfig", "BackendConfig", "Config", "ConfigError", "Derived", "LoraSpec",
     "RolloutConfig", "RunConfig", "TaskConfig", "TrainerConfig",
     "apply_override", "build_config", "config_fields", "dataset_name", "default_minibatch", "derive",
-    "dump_config", "load_config", "merge_trees", "preset_names", "preset_text", "recompute_old_logprobs",
+    "config_problems", "dump_config", "load_config", "merge_trees", "preset_names", "preset_text", "recompute_old_logprobs",
     "resume_conflict", "rollout_correction_mode", "training_differences",
 ]

@@ -136,7 +136,34 @@ def _foreign_hint(loc: list[Any]) -> str | None:
 
 
 def _format_error(err: ValidationError, tree: dict[str, Any] | None = None) -> str:
-    first = err.errors()[0]
+    return _format_one(err.errors()[0], tree)
+
+
+def config_problems(preset: str | None = None, path: str | Path | None = None,
+                    overrides: list[str] | None = None) -> list[str]:
+    """Every problem of the config ``load_config`` would build, one line each (``load_config`` stops at the
+    first): ``hacrl train --check``'s config part. Empty when it loads."""
+    try:
+        load_config(preset, path, overrides)
+    except ConfigError as exc:
+        first = str(exc)
+    else:
+        return []
+    try:  # the tree it validated, to list the others too
+        tree = _read_tree(preset_text(preset or "tiny-model")) if preset or path is None else {}
+        if path is not None:
+            tree = merge_trees(tree, _read_tree(_config_text(Path(path)), str(path)))
+        for assignment in overrides or []:
+            apply_override(tree, assignment)
+        Config.model_validate(tree)
+    except ValidationError as err:
+        return list(dict.fromkeys(_format_one(e, tree) for e in err.errors()))
+    except ConfigError:
+        pass
+    return [first]
+
+
+def _format_one(first: Any, tree: dict[str, Any] | None = None) -> str:
     parts = list(first["loc"])
     agents = (tree or {}).get("agents")
     if len(parts) > 1 and parts[0] == "agents" and isinstance(parts[1], int) and isinstance(agents, list) \

@@ -1,0 +1,184 @@
+"""``hacrl train --check``: every problem a run would meet, listed in one pass before anything loads.
+
+A training stops at its first problem, and at real sizes each one costs minutes of loading: a config with a
+bad key, data that is not cached, a missing extra, a device the machine lacks, a Ray cluster without the GPUs,
+a reward whose contract is broken. The pre-flight runs each check on its own, so one failure does not hide the
+next, and prints them all:
+
+- config: every validation error (not only the first), and what is derived from it (minibatches);
+- extras: the packages the config needs (ray, vllm, peft, math-verify, the loggers);
+- devices: each agent's device on this machine;
+- models: each agent's model resolves to a directory with a config.json (no weights are read);
+- ray: the GPUs and CPUs the agents' actors ask for against this machine's (a cluster given by address is not
+  queried here);
+- data and reward: the task's files and fields, its held-out split, benchmark files, and the reward's contract
+  (called once on the first training row, as training does before any model loads).
+
+Exit code 0 when nothing was found, 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+
+from hacrl.config import Config, config_problems
+
+Check = Callable[[Config], list[str]]
+
+
+def _extras(cfg: Config) -> list[str]:
+    need: list[tuple[str, str, str]] = []  # (module, extra, why)
+    if cfg.backend.name == "ray":
+        need.append(("ray", "ray", "backend.name=ray"))
+    if cfg.rollout.engine == "vllm":
+        need.append(("vllm", "vllm", "rollout.engine=vllm"))
+    need += [("peft", "lora", f"agents.{a.id}.lora") for a in cfg.agents if a.lora]
+    rewards = cfg.task.reward if isinstance(cfg.task.reward, list) else [cfg.task.reward]
+    if "math" in rewards or cfg.trainer.eval_benchmarks:
+        need.append(("math_verify", "math", "the math reward (without it a string fallback grades)"))
+    out = [f"{why} needs {module}: pip install 'hacrl[{extra}]'" for module, extra, why in dict.fromkeys(need)
+           if importlib.util.find_spec(module) is None]
+    from hacrl.run.trackers import resolve_loggers
+
+    try:
+        resolve_loggers(cfg.run)
+    except Exception as exc:  # noqa: BLE001 - each check reports its own failure as a line
+        out.append(str(exc))
+    return out
+
+
+def _devices(cfg: Config) -> list[str]:
+    from hacrl.backends.devices import check_device
+
+    out = []
+    for a in cfg.agents:
+        try:
+            check_device(a.device, f"agents.{a.id}.device")
+        except Exception as exc:  # noqa: BLE001
+            out.append(str(exc))
+    return out
+
+
+def _models(cfg: Config) -> list[str]:
+    from hacrl.backends.resolve import resolve_model_path
+
+    out = []
+    for a in cfg.agents:
+        field = f"agents.{a.id}.model"
+        try:
+            path = resolve_model_path(a.model, field)
+        except Exception as exc:  # noqa: BLE001
+            out.append(str(exc) if field in str(exc) else f"{field}: {exc}")
+            continue
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+            out.append(f"{field}: {path} is not a model directory (no config.json); give a Hugging Face model "
+                       f"directory, org/name from the local cache, or builtin:<name>")
+    return out
+
+
+def _ray(cfg: Config) -> list[str]:
+    if cfg.backend.name != "ray":
+        return []
+    import torch
+
+    from hacrl.backends.ray_actors import RayBackend
+
+    out, cpus, gpus = [], 0.0, 0.0
+    for i, a in enumerate(cfg.agents):
+        try:
+            c, g = RayBackend._resources(cfg, i)
+        except Exception as exc:  # noqa: BLE001
+            out.append(str(exc))
+            continue
+        cpus, gpus = cpus + c * a.data_parallel, gpus + g * a.data_parallel
+    if cfg.backend.address:
+        return out  # a running cluster's resources are its own: not queried by the pre-flight
+    have_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    have_cpus = os.cpu_count() or 1
+    if gpus > have_gpus:
+        out.append(f"backend.name=ray: the agents' actors ask for {gpus:g} GPU(s) and this machine has {have_gpus}; "
+                   f"lower agents.<id>.num_gpus / data_parallel, or give backend.address of a cluster that has them")
+    if cpus > have_cpus:
+        out.append(f"backend.name=ray: the agents' actors ask for {cpus:g} CPU(s) and this machine has {have_cpus}; "
+                   f"lower backend.num_cpus_per_agent or agents.<id>.num_cpus")
+    return out
+
+
+def _derived(cfg: Config) -> list[str]:
+    from hacrl.learner.algorithms import derive_for
+
+    derive_for(cfg)
+    return []
+
+
+def _reward_import(cfg: Config) -> list[str]:
+    """Each reward spec imports (the contract needs the data too: the next check)."""
+    from hacrl.rewards.base import get_reward
+
+    out = []
+    for spec in (cfg.task.reward if isinstance(cfg.task.reward, list) else [cfg.task.reward]):
+        if spec is not None:
+            try:
+                get_reward(spec)
+            except Exception as exc:  # noqa: BLE001
+                out.append(f"task.reward: {exc}")
+    return out
+
+
+def _data_and_reward(cfg: Config) -> list[str]:
+    from hacrl.data.factory import build_task, task_scorer
+    from hacrl.trainer.evaluation import load_benchmarks
+
+    out: list[str] = []
+    task = build_task(cfg.task, seed=cfg.run.seed, max_new_tokens=cfg.rollout.max_new_tokens)
+    try:
+        task.test_problems(cfg.trainer.eval_size)
+    except Exception as exc:  # noqa: BLE001
+        out.append(f"trainer.eval_size={cfg.trainer.eval_size}: {exc}")
+    try:
+        for _, scorer in load_benchmarks(cfg).values():
+            scorer.close()
+    except Exception as exc:  # noqa: BLE001
+        out.append(str(exc))
+    task_scorer(task, cfg.task).close()  # a broken reward contract raises here, as at the start of training
+    return out
+
+
+CHECKS: list[tuple[str, Check]] = [("config", _derived), ("extras", _extras), ("devices", _devices),
+                                   ("models", _models), ("ray", _ray), ("reward", _reward_import),
+                                   ("data and reward", _data_and_reward)]
+
+
+def preflight(cfg: Config) -> list[tuple[str, str]]:
+    """(check, problem) for every problem ``cfg`` would meet; each check runs whatever the others found."""
+    found: list[tuple[str, str]] = []
+    for name, check in CHECKS:
+        try:
+            found += [(name, p) for p in check(cfg)]
+        except Exception as exc:  # noqa: BLE001 - a check that fails is a problem to list, not a traceback
+            found.append((name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+    return found
+
+
+def cmd_check(args: argparse.Namespace, load: Callable[[], Config]) -> int:
+    """Print every problem of the run ``args`` describes (``load()`` builds its config) and return 0 or 2."""
+    found = [("config", p) for p in config_problems(args.preset, args.config, args.overrides)] \
+        if not (args.resume and not args.preset and not args.config) else []
+    if not found:
+        try:
+            found = preflight(load())
+        except Exception as exc:  # noqa: BLE001 - a run config that cannot be read is the one problem
+            found = [("config", str(exc))]
+    names = ", ".join(name for name, _ in CHECKS)
+    if not found:
+        print(f"hacrl train --check: no problem found ({names})")
+        return 0
+    print(f"hacrl train --check: {len(found)} problem{'s' if len(found) > 1 else ''} ({names} checked):",
+          file=sys.stderr)
+    for name, problem in found:
+        print(f"  [{name}] {problem}", file=sys.stderr)
+    return 2
