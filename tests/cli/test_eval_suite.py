@@ -102,3 +102,18 @@ def test_bad_model_path_is_one_line_and_exit_2(capsys):
     assert main(["eval", "--model", "/nonexistent/model", "--benchmark", f"gsm8k={FIXTURES / 'gsm8k.jsonl'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "/nonexistent/model" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.model
+def test_sampled_evaluation_is_reproducible_with_its_seed(capsys):
+    """avg@k of one model on one task, twice with the same --seed: the same numbers (issue #46: 0.580 / 0.537 /
+    0.560 on one checkpoint before the seed)."""
+    from hacrl.cli import main
+
+    def avg_k(seed: int) -> list:
+        assert main(["eval", "--model", "builtin:llama-bpe", "--task", "add2", "--n", "30", "--k", "4", "--json",
+                     "--seed", str(seed)]) == 0
+        out = capsys.readouterr().out
+        return [(r["sampled_avg"], r["sampled_pass"]) for r in json.loads(out)]
+
+    assert avg_k(3) == avg_k(3)

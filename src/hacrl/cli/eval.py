@@ -24,6 +24,8 @@ def add_eval_parser(sub: Any) -> None:
                         "minerva, olympiadbench (repeatable); the paper's prompt, scored with the math reward")
     e.add_argument("--n", type=int, default=500, help="held-out task problems; at most this many per benchmark")
     e.add_argument("--k", type=int, default=0, help="also sample k answers per problem: avg@k and pass@k")
+    e.add_argument("--seed", type=int, default=0, help="seed of the sampled answers (--k): the same seed, the same "
+                   "avg@k and pass@k")
     e.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's, or 64")
     e.add_argument("--reward-timeout", type=float, default=10.0, help="seconds per answer of the math reward")
     e.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
@@ -37,6 +39,8 @@ def add_eval_parser(sub: Any) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Each agent alone on a task's held-out split and/or local benchmark files: a markdown table per metric
     (agents x benchmarks, plus the mean over benchmarks), optionally JSON."""
+    import torch
+
     from hacrl.backends.loading import load_answering_agent
     from hacrl.rollout import get_engine
     from hacrl.trainer.evaluation import METRICS, evaluate_agent, markdown_table, suite_tables
@@ -61,6 +65,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 raise InputError(str(exc).replace(f"agents.{agent_id}.model:", f"--model {args.model[i - len(models)]}:",
                                                   1)) from None
             for name, problems, scorer in suites:
+                torch.manual_seed(args.seed)  # each agent and suite samples from the same seeded stream
                 start = time.perf_counter()
                 res = evaluate_agent(agent, problems, scorer.score_problems, engine, max_new_tokens=max_new, k=args.k,
                                      batch_size=args.batch_size)

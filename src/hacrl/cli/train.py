@@ -32,7 +32,8 @@ def add_train_parser(sub: Any) -> None:
                    "(without --preset/--config: with the run's own config.yaml), or the run directory or "
                    "checkpoints/step-* directory given")
     t.add_argument("--overwrite", action="store_true", help="delete an existing run directory first")
-    t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    t.add_argument("-q", "--quiet", action="store_true", help="nothing per step: no progress bar on a terminal, no "
+                   "step lines elsewhere (the lines at start and end stay)")
     t.add_argument("--check", action="store_true", help="list every problem the run would meet (config, extras, "
                    "devices, models, Ray resources, data and reward) in one pass, load nothing, and exit")
 
