@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM
 
+from hacrl.backends import AgentFailure
 from hacrl.cli import main
 from hacrl.config import load_config
 from hacrl.run.checkpoint import complete_checkpoints, load_state, verify_checkpoint
-from hacrl.trainer.trainer import AgentFailure, Trainer
+from hacrl.trainer.trainer import Trainer
 
 OVERRIDES = ["trainer.steps=3", "trainer.checkpoint_every=1", "trainer.eval_size=20", "trainer.threads=1",
              "backend.num_cpus_per_agent=0.5"]

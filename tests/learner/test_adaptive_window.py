@@ -28,7 +28,8 @@ from hacrl.core.window import CrossWindow, coverage_lower_bound
 from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
 from hacrl.learner.update import ViewRow, minibatches, update_learner
 from hacrl.pool import TrajectoryPool
-from hacrl.trainer.trainer import Trainer, rescue_share
+from hacrl.trainer.phases import rescue_share
+from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory
 
 # ---- the loss takes one bound per row -----------------------------------------------------------------------

@@ -96,9 +96,9 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, Any]],
     """(agent id, model directory, its ``AgentSpec``) per agent, and the run's config if any: a run's agents with
     every field the run trained them with, a ``--model`` with the command line's settings."""
     from hacrl.backends.devices import check_device
+    from hacrl.backends.resolve import resolve_model_path
     from hacrl.config import AgentSpec
     from hacrl.run.checkpoint import read_manifest, usable_checkpoint
-    from hacrl.trainer.trainer import resolve_model_path
 
     models: list[tuple[str, Path, AgentSpec]] = []
     run_cfg = None

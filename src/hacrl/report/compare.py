@@ -357,7 +357,7 @@ def _check_models(cfg: Config) -> None:
     """Every agent's model can be had, checked without making any: a pretrained builtin that is not in the
     cache yet is made by the first run that trains (never by a dry run, nor when every run is reused)."""
     from hacrl.agents.gguf import PRETRAINED, check_pretrained
-    from hacrl.trainer.trainer import resolve_model_path
+    from hacrl.backends.resolve import resolve_model_path
 
     for spec in cfg.agents:
         name = spec.model.removeprefix("builtin:")

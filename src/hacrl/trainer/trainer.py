@@ -31,8 +31,7 @@ import yaml
 
 from hacrl.agents.agent import Agent
 from hacrl.agents.gguf import check_finetune_overlap
-from hacrl.backends import AgentFailure, make_backend
-from hacrl.backends.resolve import resolve_model_path
+from hacrl.backends import make_backend
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task, task_scorer
@@ -52,15 +51,13 @@ from hacrl.trainer.phases import (
     DataStream,
     Phases,
     pool_metrics,
-    rescue_share,
     rollout_metrics,
     timed,
 )
 from hacrl.trainer.start_eval import Evaluation, start_cache
 from hacrl.types import Problem, Trajectory
 
-# rescue_share is hacrl.trainer.phases's, importable from here as before
-__all__ = ["AgentFailure", "Trainer", "rescue_share", "resolve_model_path"]
+__all__ = ["StopRequests", "Trainer"]
 
 logger = logging.getLogger(__name__)
 
