@@ -45,7 +45,7 @@ from hacrl.backends.own_answers import PENDING_FILE, OwnAnswers
 from hacrl.backends.resolve import agent_seed, make_engine
 from hacrl.config import Config, Derived
 from hacrl.failpoints import failpoint
-from hacrl.learner.algorithms import ALGORITHMS, derive_for
+from hacrl.learner.algorithms import derive_for, resolve
 from hacrl.learner.old_logprobs import prox_logprobs, recompute_logprobs
 from hacrl.learner.request import UpdateRequest
 from hacrl.learner.update import (
@@ -85,12 +85,12 @@ class AgentWorker:
         os.environ["HACRL_RANK"] = str(rank)  # rank-targeted failpoints (hacrl.failpoints)
         self.dp_group: Any = None  # set by init_data_parallel
         self.spec = cfg.agents[index]
-        self.algo = ALGORITHMS.get(cfg.algorithm.name)
+        self.algo = resolve(cfg.algorithm)  # the named algorithm with the ingredients the config sets
         self.derived = derived if derived is not None else derive_for(cfg)
         a = cfg.algorithm
         self.settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
                                      self.spec.kl_coef, a.imitation_coef, self.derived.rollout_correction,
-                                     a.rollout_correction_cap)
+                                     a.rollout_correction_cap, a.is_cap, a.gate_threshold, a.shaping_gamma, a.veto_kl)
         self.step_idx = step
         self._resume_from = resume_from
         self.own = OwnAnswers(index, self.spec.id)  # own answers' tokens, kept from rollout to update
