@@ -19,7 +19,7 @@ METHOD_METRICS = {
     "sgt": "count/imitated",
     "luffy": "count/cross",
     "ftis": "count/cross",
-    "gated-group": "partner_old/gate_pass_frac",
+    "gated-group": "count/cross",
 }
 
 

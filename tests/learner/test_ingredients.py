@@ -252,6 +252,7 @@ def test_naive_recompute_has_ratio_exactly_one_at_the_first_minibatch(spy, micro
     assert first == [1.0, 1.0]
     assert all(abs(s - 1.0) > 1e-9 for s in later)
     assert metrics["partner_old/log_ratio_to_author"] != 0.0
+    assert "partner_old/gate_pass_frac" not in metrics  # no gate in naive-recompute
     spy.clear()
     update_learner(make_agent(lr=0.05), copy.deepcopy(mbs), ALGORITHMS.get("naive"), SETTINGS,
                    micro_batch_size=micro, grad_clip=1e9)

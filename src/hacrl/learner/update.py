@@ -279,7 +279,8 @@ def recompute_partner_old(agent: Agent, mbs: list[list[ViewRow]], algo: Algorith
     """``partner_old = learner``: each partner row's π_old becomes the learner's own mean token log-prob before the
     update (in place), from a no-grad pass over the very micro-batches the update will run, so that the first
     minibatch's ratio of those rows is exactly 1; with ``partner_weight = gate`` each row's ``partner_weight``
-    becomes GRAFT's gate of the learner's π_old over the author's. Returns ``partner_old/*`` metrics."""
+    becomes GRAFT's gate of the learner's π_old over the author's. Returns ``partner_old/*`` metrics (none without
+    partner rows): the mean ℓ̄_learner − ℓ̄_author, and with the gate the share of partner rows that pass it."""
     if algo.partner_old != "learner":
         return {}
     log_gaps: list[float] = []
@@ -301,10 +302,13 @@ def recompute_partner_old(agent: Agent, mbs: list[list[ViewRow]], algo: Algorith
                     log_gaps.append(mean - author)
                     r.old_logp_mean = mean
                     r.partner_weight = g if algo.partner_weight == "gate" else 1.0
-    n = max(len(log_gaps), 1)
-    gates = [r.partner_weight for mb in mbs for r in mb if not r.is_own]
-    return {"partner_old/log_ratio_to_author": sum(log_gaps) / n,
-            "partner_old/gate_pass_frac": sum(g > 0 for g in gates) / max(len(gates), 1)}
+    if not log_gaps:  # no partner row: nothing to report
+        return {}
+    out = {"partner_old/log_ratio_to_author": sum(log_gaps) / len(log_gaps)}
+    if algo.partner_weight == "gate":
+        gates = [r.partner_weight for mb in mbs for r in mb if not r.is_own]
+        out["partner_old/gate_pass_frac"] = sum(g > 0 for g in gates) / len(gates)
+    return out
 
 
 def update_learner(
