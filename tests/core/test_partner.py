@@ -115,6 +115,13 @@ def test_gate_weight_by_hand():
     assert_close(w_B, torch.tensor([0.0, 0.85, 1.0, 0.0]))
 
 
+def test_the_gate_is_strict_at_its_threshold():
+    # s = exp(0) = 1 exactly; threshold 1: 1[1 > 1] = 0 (a gate of ≥ would pass it with weight 1)
+    zero = torch.zeros(1)
+    assert gate_weight(learner_logp_mean_B=zero, author_logp_mean_B=zero, threshold=1.0).tolist() == [0.0]
+    assert gate_weight(learner_logp_mean_B=zero, author_logp_mean_B=zero, threshold=0.999).tolist() == [1.0]
+
+
 # ---- the whole loss by hand ---------------------------------------------------------------------------------
 
 def rows_4() -> LossInputs:
@@ -132,7 +139,7 @@ def test_partner_loss_truncated_is_with_the_veto_by_hand():
     inputs = rows_4()
     loss, metrics = partner_loss(inputs, clip_low=0.2, clip_high=0.28, partner_term="truncated_is",
                                  negatives="veto", is_cap=2.0, veto_kl=0.1)
-    assert float(loss) == pytest.approx(-0.5375)
+    assert float(loss.detach()) == pytest.approx(-0.5375)
     assert float(metrics["cross/kept_frac"]) == pytest.approx(0.5)
     loss.backward()
     # d/dlogp: own −s·A/4 = −0.275, +0.2375; vetoed 0; truncated −min(3, 2)·1/4 = −0.5

@@ -282,6 +282,27 @@ def test_gated_groups_gate_is_the_learners_pi_old_over_the_authors(spy):
 
 
 @pytest.mark.model
+def test_build_view_applies_the_algorithms_selection():
+    from hacrl.learner.update import build_view
+    from hacrl.pool import TrajectoryPool
+    from hacrl.types import Problem, Trajectory
+
+    # prompt 0: the learner's answer failed, the partner has one correct ("42") and one wrong answer;
+    # prompt 1: the learner solved it. sgt keeps the one correct partner answer of prompt 0 only; hacpo keeps all
+    agent = make_agent()
+    ids = tuple(agent.tokenizer("7", add_special_tokens=False)["input_ids"])
+    trajs = [Trajectory(0, 0, "7", True, -1.0, 1, reward=0.0, token_ids=ids),
+             Trajectory(0, 1, "42", True, -1.0, 2, reward=1.0), Trajectory(0, 1, "5", True, -1.0, 1, reward=0.0),
+             Trajectory(1, 0, "7", True, -1.0, 1, reward=1.0, token_ids=ids),
+             Trajectory(1, 1, "7", True, -1.0, 1, reward=1.0)]
+    pool = TrajectoryPool([Problem("p", "3+4=", "7"), Problem("q", "1+6=", "7")], trajs)
+    prompts = {0: "3+4=", 1: "1+6="}
+    sgt = build_view(agent, pool, ALGORITHMS.get("sgt"), prompts)
+    assert [(r.prompt_index, r.source, r.reward) for r in sgt] == [(0, 0, 0.0), (0, 1, 1.0), (1, 0, 1.0)]
+    assert len(build_view(agent, pool, ALGORITHMS.get("hacpo"), prompts)) == 5
+
+
+@pytest.mark.model
 def test_sgt_gives_no_partner_term_where_the_learner_had_a_correct_answer(spy):
     # prompt 0: own [0, 0], the partner's [1, 1] → one correct partner answer imitated;
     # prompt 1: own [1, 0] → no partner row at all; NLL over the one imitated row, λ 0.1
