@@ -150,7 +150,7 @@ def test_partner_loss_keep_trains_the_negative():
     # as above with negatives=keep: the s = 0.5, A = −1 row adds min(0.5, 2)·(−1) = −0.5
     # loss = −(1.1 − 0.95 − 0.5 + 2)/4 = −0.4125
     loss, _ = partner_loss(rows_4(), clip_low=0.2, clip_high=0.28, partner_term="truncated_is", negatives="keep")
-    assert float(loss) == pytest.approx(-0.4125)
+    assert float(loss.detach()) == pytest.approx(-0.4125)
 
 
 def test_partner_loss_gate_weights_the_partner_rows_only():
@@ -160,7 +160,7 @@ def test_partner_loss_gate_weights_the_partner_rows_only():
     inputs = rows_4()
     gated = LossInputs(**{**inputs.__dict__, "partner_weight_B": torch.tensor([9.0, 9.0, 0.5, 0.0])})
     loss, metrics = partner_loss(gated, clip_low=0.2, clip_high=0.28, partner_term="gate")
-    assert float(loss) == pytest.approx(0.0625)
+    assert float(loss.detach()) == pytest.approx(0.0625)
     assert float(metrics["cross/gate_mean"]) == pytest.approx(0.25)
 
 
@@ -223,7 +223,7 @@ def test_partner_loss_matches_the_slow_reference(term, negatives, seed):
     expected = reference_partner_loss(logp.tolist(), mask.tolist(), adv.tolist(), old.tolist(), own.tolist(),
                                       g.tolist(), term=term, negatives=negatives, cap=1.5, gamma=0.1, tau=0.5,
                                       **settings)
-    assert float(loss) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5, abs=1e-6)
 
 
 def test_partner_loss_is_split_invariant():
