@@ -323,3 +323,21 @@ def test_sgt_gives_no_partner_term_where_the_learner_had_a_correct_answer(spy):
     assert first.settings["imitation_coef"] == 0.1
     # prompt 0: own advantages 0 (all failed), so its loss is λ·NLL of "42" alone
     assert first.value == pytest.approx(0.1 * metrics["imitation/nll"], rel=1e-6)
+
+
+def test_compares_variant_label_composes_the_same_algorithm():
+    # hacrl compare --algos hacpo@share_prompts=learner_failed@partner_answers=correct
+    from hacrl.report.compare import parse_variant
+
+    name, overrides = parse_variant("hacpo@share_prompts=learner_failed@partner_answers=correct")
+    a = resolve(load_config("tiny-test", overrides=[*overrides, f"algorithm.name={name}"]).algorithm)
+    assert (a.name, a.share_prompts, a.partner_answers, a.loss) == ("hacpo", "learner_failed", "correct", "hacpo")
+
+
+@pytest.mark.model  # it builds a Trainer (which stops before loading a model)
+def test_the_trainer_refuses_an_ingredient_that_cannot_run_before_loading_anything(tmp_path):
+    from hacrl.trainer.trainer import Trainer
+
+    cfg = load_config("tiny-test", overrides=["algorithm.name=gspo", "algorithm.share_prompts=learner_failed"])
+    with pytest.raises(ConfigError, match="^algorithm.share_prompts: gspo trains on its own answers only"):
+        Trainer(cfg, tmp_path)
