@@ -252,9 +252,9 @@ def test_a_diverging_learning_rate_names_agent_step_and_phase(tmp_path, capsys):
     ("rollout", 1e30, "non-finite logits"),  # finite but huge weights: the next rollout meets inf logits
 ])
 def test_divergence_keeps_the_last_checkpoint_intact(tmp_path, capsys, monkeypatch, phase, value, expected):
-    from hacrl.backends import worker
+    from hacrl.learner import learn  # the worker's update runs the learner's optimizer steps through it
 
-    real, calls = worker.update_learner, []
+    real, calls = learn.update_learner, []
 
     def update_learner(agent, *args, **kwargs):
         metrics = real(agent, *args, **kwargs)
@@ -266,7 +266,7 @@ def test_divergence_keeps_the_last_checkpoint_intact(tmp_path, capsys, monkeypat
                         p.fill_(value)
         return metrics
 
-    monkeypatch.setattr(worker, "update_learner", update_learner)
+    monkeypatch.setattr(learn, "update_learner", update_learner)
     out = tmp_path / "run"
     step = 2 if phase == "update" else 3
     err = failed(capsys, [*TRAIN, "--set", "trainer.steps=3", "--set", "trainer.checkpoint_every=1",

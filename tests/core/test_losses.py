@@ -416,7 +416,7 @@ def test_each_loss_names_the_input_it_lacks():
 
 def test_every_registered_loss_has_one_signature():
     signatures = {name: inspect.signature(POLICY_LOSSES.get(name)) for name in POLICY_LOSSES}
-    assert set(signatures) == {"hacpo", "gspo", "grpo", "imitation"}
+    assert set(signatures) == {"hacpo", "gspo", "grpo", "imitation", "partner"}
     assert len({str(sig) for sig in signatures.values()}) == 1, signatures
 
 

@@ -7,7 +7,7 @@ its own random stream. In and out go problem texts, answers as ``Trajectory`` re
 the update's ``UpdateRequest`` (the pool without token ids, ω), and metrics. The worker keeps its own answers'
 token ids and rollout log-probs from ``rollout`` to ``update`` itself (``own_answers``): they never leave it.
 Loading is in ``loading``, the divergence checks in ``divergence``, the data-parallel group in
-``data_parallel``; the update's arithmetic in ``hacrl.learner``.
+``data_parallel``; the update itself is one call of ``hacrl.learner.learn.learn``.
 
 Each worker samples from its own seeded torch RNG stream (swapped in around generation), so an agent's
 answers do not depend on which other agents ran before it in the same process: the local and the Ray
@@ -45,17 +45,11 @@ from hacrl.backends.own_answers import PENDING_FILE, OwnAnswers
 from hacrl.backends.resolve import agent_seed, make_engine
 from hacrl.config import Config, Derived
 from hacrl.failpoints import failpoint
-from hacrl.learner.algorithms import ALGORITHMS, derive_for
-from hacrl.learner.old_logprobs import prox_logprobs, recompute_logprobs
+from hacrl.learner.algorithms import derive_for, resolve
+from hacrl.learner.learn import Schedule, StaleSettings, learn
+from hacrl.learner.old_logprobs import recompute_logprobs
 from hacrl.learner.request import UpdateRequest
-from hacrl.learner.update import (
-    LossSettings,
-    assign_advantages,
-    build_view,
-    correct_stale_rows,
-    minibatches,
-    update_learner,
-)
+from hacrl.learner.update import LossSettings
 from hacrl.learner.window import WINDOW_FILE, LearnerWindow
 from hacrl.rollout import SamplingParams
 from hacrl.rollout.base import generate_answers, logprob_gap
@@ -85,12 +79,12 @@ class AgentWorker:
         os.environ["HACRL_RANK"] = str(rank)  # rank-targeted failpoints (hacrl.failpoints)
         self.dp_group: Any = None  # set by init_data_parallel
         self.spec = cfg.agents[index]
-        self.algo = ALGORITHMS.get(cfg.algorithm.name)
+        self.algo = resolve(cfg.algorithm)  # the named algorithm with the ingredients the config sets
         self.derived = derived if derived is not None else derive_for(cfg)
         a = cfg.algorithm
         self.settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
                                      self.spec.kl_coef, a.imitation_coef, self.derived.rollout_correction,
-                                     a.rollout_correction_cap)
+                                     a.rollout_correction_cap, a.is_cap, a.gate_threshold, a.shaping_gamma, a.veto_kl)
         self.step_idx = step
         self._resume_from = resume_from
         self.own = OwnAnswers(index, self.spec.id)  # own answers' tokens, kept from rollout to update
@@ -193,23 +187,16 @@ class AgentWorker:
         pool = self.own.attach(request.pool, request.own_keys)
         self.own.forget(request.forget)
         agent, cfg = self.agent, self.cfg
-        prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
-        rows = build_view(agent, pool, self.algo, prompts)
-        stale_metrics = correct_stale_rows(rows, lambda stale: prox_logprobs(
-            agent, [r.prompt_ids for r in stale], [r.answer_ids for r in stale], cfg.trainer.micro_batch_size),
-            mode=cfg.async_.staleness_correction, cap=cfg.async_.staleness_cap,
-            max_log_ratio=cfg.algorithm.max_log_ratio, engine_behaviour=self.derived.rollout_correction != "off",
-        ) if cfg.trainer.mode == "async" else {}
-        assign_advantages(rows, agent.index, self.algo, request.omega_NN)
-        mbs = minibatches(rows, self.derived.minibatch_size, self.derived.rows_per_prompt,
-                          seed=cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index)
-        self._sleep_engine_for_training()
+        stale = StaleSettings(cfg.async_.staleness_correction, cfg.async_.staleness_cap,
+                              engine_behaviour=self.derived.rollout_correction != "off")
+        schedule = Schedule(self.derived.minibatch_size, self.derived.rows_per_prompt,
+                            cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index,
+                            cfg.trainer.micro_batch_size, self.spec.grad_clip, cfg.trainer.shared_prompt_forward)
         lower0 = self.window.bounds() if self.window is not None else None
         ratios: dict[int, list[float]] | None = {} if lower0 is not None else None
-        metrics: dict[str, Any] = update_learner(
-            agent, mbs, self.algo, self.settings, micro_batch_size=cfg.trainer.micro_batch_size,
-            grad_clip=self.spec.grad_clip, dp_group=self.dp_group, shared_prompt=cfg.trainer.shared_prompt_forward,
-            cross_lower0=lower0, observed_ratios=ratios)
+        metrics = learn(agent, pool, request.omega_NN, self.algo, self.settings, schedule,
+                        stale=stale if cfg.trainer.mode == "async" else None, dp_group=self.dp_group,
+                        cross_lower0=lower0, observed_ratios=ratios, before_update=self._sleep_engine_for_training)
         check_update(agent.model, metrics, self.spec, self.step_idx + 1)
         sync = getattr(self.engine, "sync_weights", None)
         self._wake_up(gather=sync is None)  # an engine with weights of its own: pushed from the shards
@@ -217,9 +204,6 @@ class AgentWorker:
             sync(agent)
         self.step_idx += 1
         failpoint("update", self.step_idx, self.spec.id)
-        metrics["optimizer_steps"] = len(mbs)
-        metrics["truncated_frac"] = sum(r.truncated for r in rows) / max(len(rows), 1)
-        metrics.update(stale_metrics)
         metrics["busy_s"] = time.perf_counter() - start
         if self.window is not None:  # the bounds it used first, as logged before the window moved here
             metrics = {**self.window.observe(lower0 or [], ratios or {}), **metrics}

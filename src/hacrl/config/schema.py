@@ -152,6 +152,8 @@ class RolloutConfig(_Section):
 # ε_low, ε_high of own-answer clipping when the config leaves algorithm.clip_low / clip_high out (or null):
 # GSPO's sequence-ratio radii (the paper's 3e-4 / 4e-4) for every algorithm but token-level grpo (DAPO's).
 CLIP_DEFAULTS: dict[str, tuple[float, float]] = {"grpo": (0.2, 0.28)}
+# λ of the NLL term (algorithm.imitation_coef) where an algorithm's default is not 1: SGT's 0.1 (second-hand, GRAFT)
+IMITATION_COEF_DEFAULTS: dict[str, float] = {"sgt": 0.1}
 SEQUENCE_CLIP_DEFAULT = (3e-4, 4e-4)
 
 
@@ -162,8 +164,8 @@ def _off_mode(v: Any) -> Any:
 
 
 class AlgorithmConfig(_Section):
-    name: str = Field("hacpo", description="hacpo, gspo, gspo2x, gspo-x<N>, naive, imitation, grpo or a hacpo-* "
-                      "variant")
+    name: str = Field("hacpo", description="hacpo, gspo, gspo2x, gspo-x<N>, naive, imitation, grpo, a hacpo-* "
+                      "variant, naive-recompute, sgt, luffy, ftis or gated-group (docs/methods.md)")
     # the defaults below are hacpo's; _algorithm_clip_defaults puts in the named algorithm's when they are left out
     clip_low: float = Field(SEQUENCE_CLIP_DEFAULT[0], ge=0, lt=1, description="ε_low of own-answer clipping; "
                             "default: the algorithm's, 3e-4 (GSPO, the paper), grpo 0.2")
@@ -182,9 +184,35 @@ class AlgorithmConfig(_Section):
     window_floor: float = Field(0.1, gt=0, lt=1, description="adaptive window: the lowest ℓ_0")
     window_smoothing: float = Field(0.5, gt=0, le=1, description="adaptive window: weight of the newest step in the "
                                     "geometric average of ℓ_0 across steps (1: the last step only)")
-    imitation_coef: float = Field(1.0, ge=0, description="imitation: λ of the supervised term, the mean over a "
+    imitation_coef: float = Field(1.0, ge=0, description="imitation, sgt: λ of the supervised term, the mean over a "
                                   "minibatch's verified-correct (reward >= 1) answers of other agents of their "
-                                  "token-mean NLL, added to GSPO on the learner's own answers")
+                                  "token-mean NLL, added to GSPO on the learner's own answers; default: the "
+                                  "algorithm's, 1 (imitation), 0.1 (sgt)")
+    # the ingredients of docs/methods.md (hacrl.learner.algorithms.compose); null: the named algorithm's own
+    share_prompts: Literal["all", "learner_failed", "learner_failed_partner_solved",
+                           "learner_failed_partner_mixed"] | None = Field(
+        None, description="prompts whose partner answers the learner sees: all, or only those where all its own "
+        "answers failed (and a partner solved it / a partner's group is mixed); default: the algorithm's")
+    partner_answers: Literal["group", "correct", "one_correct"] | None = Field(
+        None, description="which partner answers of a shared prompt: the whole group, the verified-correct ones, "
+        "or one correct one per prompt; default: the algorithm's")
+    partner_old: Literal["author", "learner", "none"] | None = Field(
+        None, description="π_old of a partner answer: its author's rollout log-prob, the learner's own pre-update "
+        "log-prob (ratio 1 at the first minibatch), or none (no ratio); default: the algorithm's or the weight's")
+    partner_weight: Literal["hacpo", "ratio", "nll", "truncated_is", "gate", "shaping"] | None = Field(
+        None, description="a partner answer's weight: hacpo's window, GSPO's clip as own (ratio), λ·NLL, "
+        "min(s, is_cap), GRAFT's gate 1[s > gate_threshold]·min(s, 1), LUFFY's π/(π+γ); default: the algorithm's")
+    advantage: Literal["hacpo", "group", "group_mean", "own", "partner"] | None = Field(
+        None, description="the advantage: hacpo's capability-aware one, the joint group's (group_mean: no std), "
+        "the learner's own group's (0 on partner answers), or each author's own group's; default: the algorithm's")
+    negatives: Literal["keep", "drop", "veto"] | None = Field(
+        None, description="the partner loss's negative partner answers: keep, drop all, or drop those with "
+        "KL = −log s > veto_kl; default: the algorithm's")
+    is_cap: float = Field(2.0, gt=0, description="partner_weight=truncated_is: the cap C of min(s, C)")
+    gate_threshold: float = Field(0.8, ge=0, description="partner_weight=gate: s must exceed it to pass the gate")
+    shaping_gamma: float = Field(0.1, gt=0, description="partner_weight=shaping: γ of f(π) = π/(π + γ)")
+    veto_kl: float = Field(0.1, ge=0, description="negatives=veto: the largest per-token KL (−log s) a negative "
+                           "partner answer may have")
     rollout_correction: Literal["auto", "off", "truncate", "mask", "masked-is"] = Field(
         "auto", description="own answers: weight each one's loss by w = exp(mean log π_old − mean log π_engine), "
         "its trainer-pass over engine log-probs (hacrl.core.correction): truncate min(w, cap); mask 1 inside "
@@ -203,8 +231,10 @@ class AlgorithmConfig(_Section):
             return data
         name = data.get("name", "hacpo")
         low, high = CLIP_DEFAULTS.get(name, SEQUENCE_CLIP_DEFAULT) if isinstance(name, str) else SEQUENCE_CLIP_DEFAULT
+        coef = IMITATION_COEF_DEFAULTS.get(name, 1.0) if isinstance(name, str) else 1.0
         return {**data, "clip_low": low if data.get("clip_low") is None else data["clip_low"],
-                "clip_high": high if data.get("clip_high") is None else data["clip_high"]}
+                "clip_high": high if data.get("clip_high") is None else data["clip_high"],
+                "imitation_coef": coef if data.get("imitation_coef") is None else data["imitation_coef"]}
 
     @model_validator(mode="after")
     def _window_floor_below_ceiling(self) -> AlgorithmConfig:

@@ -25,6 +25,7 @@ from hacrl.core.losses import (
     stepwise_lower_bound,
     stepwise_tightened,
 )
+from hacrl.core.partner import NEGATIVE_FILTERS, PARTNER_TERMS, gate_weight, partner_loss
 from hacrl.core.staleness import SELECTION_REASONS, select_within_bound, staleness_correction
 
 __all__ = [
@@ -35,9 +36,12 @@ __all__ = [
     "SELECTION_REASONS",
     "CapabilityTracker",
     "LossInputs",
+    "NEGATIVE_FILTERS",
+    "PARTNER_TERMS",
     "PolicyLoss",
     "RecentCapability",
     "aggregate",
+    "gate_weight",
     "group_advantages",
     "grpo_loss",
     "gspo_loss",
@@ -46,6 +50,7 @@ __all__ = [
     "imitation_loss",
     "kl_k3",
     "omega_matrix",
+    "partner_loss",
     "rollout_correction",
     "select_within_bound",
     "selected_logprobs",

@@ -56,6 +56,9 @@ class LossInputs:
             minibatch's rows that are own (``own_B``) / imitated (``imitate_B``), so a loss that averages over
             those subsets divides by the minibatch's counts (share × these rows' number); None: these rows are
             the whole minibatch. Only the imitation loss reads them.
+        partner_weight_B: float[B], a fixed (detached) weight of each other agent's row, set by the learner before
+            the update (GRAFT's gate, ``hacrl.core.partner.gate_weight``); ignored on own rows. Only the partner
+            loss reads it; None: 1.
     """
 
     logp_BT: Tensor
@@ -70,6 +73,7 @@ class LossInputs:
     rollout_weight_B: Tensor | None = None
     own_share: float | None = None
     imitate_share: float | None = None
+    partner_weight_B: Tensor | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.logp_BT.shape)
@@ -77,7 +81,8 @@ class LossInputs:
             raise ValueError(f"logp and mask must be [B, T] of one shape, got {shape} and {tuple(self.mask_BT.shape)}")
         if shape[0] == 0:
             raise ValueError("empty minibatch: logp has no sequences")
-        for name in ("advantages_B", "old_logp_mean_B", "own_B", "omega_B", "imitate_B", "rollout_weight_B"):
+        for name in ("advantages_B", "old_logp_mean_B", "own_B", "omega_B", "imitate_B", "rollout_weight_B",
+                     "partner_weight_B"):
             t = getattr(self, name)
             if t is not None and tuple(t.shape) != shape[:1]:
                 raise ValueError(f"{name} must be [{shape[0]}], got {tuple(t.shape)}")
@@ -93,12 +98,15 @@ class LossInputs:
 
 class PolicyLoss(Protocol):
     """The one signature of every ``POLICY_LOSSES`` entry: the rows, then keyword settings (a loss ignores
-    the settings of answers it has none of: gspo and grpo treat every row as the learner's own, and only the
-    imitation loss reads ``imitation_coef``)."""
+    the settings of answers it has none of: gspo and grpo treat every row as the learner's own, only the
+    imitation loss reads ``imitation_coef``, and only the partner loss (``hacrl.core.partner``) ``partner_term``,
+    ``negatives``, ``is_cap``, ``shaping_gamma`` and ``veto_kl``)."""
 
     def __call__(self, inputs: LossInputs, *, clip_low: float, clip_high: float, alpha: float = 1.0,
                  cross_lower: float | Tensor = 0.8, cross_clip: bool = True, max_log_ratio: float = 10.0,
-                 kl_coef: float = 0.0, imitation_coef: float = 1.0) -> tuple[Tensor, dict[str, Tensor]]: ...
+                 kl_coef: float = 0.0, imitation_coef: float = 1.0, partner_term: str = "ratio",
+                 negatives: str = "keep", is_cap: float = 2.0, shaping_gamma: float = 0.1,
+                 veto_kl: float = 0.1) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -211,6 +219,11 @@ def hacpo_loss(
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
     imitation_coef: float = 1.0,
+    partner_term: str = "ratio",
+    negatives: str = "keep",
+    is_cap: float = 2.0,
+    shaping_gamma: float = 0.1,
+    veto_kl: float = 0.1,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """HACPO loss for one learner over a minibatch of its own and other agents' answers (App. E).
 
@@ -300,6 +313,11 @@ def gspo_loss(
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
     imitation_coef: float = 1.0,
+    partner_term: str = "ratio",
+    negatives: str = "keep",
+    is_cap: float = 2.0,
+    shaping_gamma: float = 0.1,
+    veto_kl: float = 0.1,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: ``hacpo_loss`` with every row the learner's own, so the sequence ratio
     s_i = exp(mean log π_θ − old mean) enters the symmetric clipped surrogate for every answer, and the KL
@@ -325,6 +343,11 @@ def grpo_loss(
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
     imitation_coef: float = 1.0,
+    partner_term: str = "ratio",
+    negatives: str = "keep",
+    is_cap: float = 2.0,
+    shaping_gamma: float = 0.1,
+    veto_kl: float = 0.1,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO with DAPO's clip-higher: token-level ratios r_t = π_θ(y_t)/π_old(y_t), clipped surrogate
     min(r_t A, clip(r_t, 1−ε_l, 1+ε_h) A), aggregated seq-mean-token-mean (DAPO's radii are 0.2 / 0.28), each
@@ -385,6 +408,11 @@ def imitation_loss(
     max_log_ratio: float = 10.0,
     kl_coef: float = 0.0,
     imitation_coef: float = 1.0,
+    partner_term: str = "ratio",
+    negatives: str = "keep",
+    is_cap: float = 2.0,
+    shaping_gamma: float = 0.1,
+    veto_kl: float = 0.1,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The imitation baseline ("just distil the partner"): GSPO on the learner's own answers plus a supervised
     term on the other agents' verified-correct answers (``inputs.imitate_B``), λ = ``imitation_coef``.

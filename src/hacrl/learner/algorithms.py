@@ -18,6 +18,17 @@
 | hacpo-nostep    | as hacpo              | fixed cross window [1−δ, 1] ("no Stepwise")             |
 | hacpo-noclip    | as hacpo              | no cross clipping at all ("no Clip")                    |
 | hacpo-adaptive  | as hacpo              | adaptive cross window (``algorithm.cross_window``)      |
+| naive-recompute | G per agent, shared   | naive with the others' π_old from the learner's own     |
+|                 |                       | pre-update pass (ratio 1 at the first minibatch)        |
+| sgt             | G per agent, shared   | own G with GSPO + λ·NLL of ONE correct partner answer,  |
+|                 |                       | only where all own answers failed and a partner solved  |
+| luffy           | G per agent, shared   | own G with GSPO + LUFFY's shaping f(π) = π/(π+γ) on the |
+|                 |                       | partners' correct answers, joint-group mean advantage   |
+| ftis            | G per agent, shared   | own G with GSPO + min(s, C)·A on partner answers, a KL  |
+|                 |                       | veto on their negatives                                 |
+| gated-group     | G per agent, shared   | on prompts the learner failed and a partner's group is  |
+|                 |                       | mixed: that whole group, its own advantages, GRAFT's    |
+|                 |                       | gate 1[s > 0.8]·min(s, 1), ratio to the learner's π_old |
 
 With the default minibatch (B·G/2 sequences, in whole prompt groups), a learner's optimizer steps per
 training step depend only on its answers per prompt: N·G for hacpo with N agents and for gspo-x<N> alike
@@ -29,13 +40,28 @@ per agent *and* updates is gspo-x<N> (gspo2x for N = 2, the paper's); gspo match
 Every loss of ``hacrl.core.POLICY_LOSSES`` takes the same inputs and settings; ``cross_as_own`` and
 ``token_level`` only say what the learner puts into them. The clip radii ε_low / ε_high are ``algorithm.clip_low`` / ``clip_high``, whose default
 depends on the algorithm (``hacrl.config.CLIP_DEFAULTS``: GSPO's 3e-4 / 4e-4, grpo 0.2 / 0.28).
+
+**Ingredients** (docs/methods.md). The ways of learning from a partner's answers differ in six independent
+choices, each a field of ``Algorithm`` and a config key ``algorithm.<field>`` (None there: the named method's
+own), so that ``--algos hacpo@share_prompts=learner_failed`` composes a variant (``compose``):
+
+- ``share_prompts`` (``hacrl.learner.sharing.PROMPT_GATES``): all, learner_failed, learner_failed_partner_solved,
+  learner_failed_partner_mixed;
+- ``partner_answers`` (``sharing.ANSWER_SELECTIONS``): group, correct, one_correct;
+- ``partner_old``: π_old of a partner row: author (its rollout log-prob), learner (the learner's own pre-update
+  pass, ``recompute_partner_old``) or none (a term without a ratio);
+- ``partner_weight``: hacpo (loss hacpo), ratio (GSPO's clip, the row as own: loss gspo), nll (loss imitation),
+  truncated_is, gate, shaping (loss partner, ``hacrl.core.partner``);
+- ``advantage`` (``sharing.ADVANTAGES``): hacpo, group, group_mean, own, partner;
+- ``negatives`` (``hacrl.core.partner.NEGATIVE_FILTERS``, the partner loss): keep, drop, veto.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from hacrl.config import Config, Derived, derive
+from hacrl.config import AlgorithmConfig, Config, Derived, derive
 from hacrl.registry import Registry
 
 
@@ -56,6 +82,29 @@ class Algorithm:
     cross_as_own: bool = False  # other agents' answers train as the learner's own (naive): KL on them too
     token_level: bool = False  # the loss needs π_old per token (own rollout log-probs), not just its mean
     adaptive_window: bool = False  # ℓ_0 per source from the cross ratios seen (as algorithm.cross_window: adaptive)
+    # the ingredients (module docstring, docs/methods.md); the defaults are hacpo's
+    share_prompts: str = "all"  # which prompts' partner answers the learner sees (sharing.PROMPT_GATES)
+    partner_answers: str = "group"  # which of a shared prompt's partner answers (sharing.ANSWER_SELECTIONS)
+    partner_old: str = "author"  # π_old of a partner row: "author", "learner" (recomputed) or "none"
+    partner_weight: str = "hacpo"  # how a partner answer is weighted (PARTNER_WEIGHT_LOSS)
+    negatives: str = "keep"  # the partner loss's filter of negative partner rows (core.partner.NEGATIVE_FILTERS)
+
+
+# partner_weight → (loss, cross_as_own): the policy loss that implements each way of weighting a partner answer
+PARTNER_WEIGHT_LOSS: dict[str, tuple[str, bool]] = {
+    "hacpo": ("hacpo", False), "ratio": ("gspo", True), "nll": ("imitation", False),
+    "truncated_is": ("partner", False), "gate": ("partner", False), "shaping": ("partner", False)}
+# partner_weight → the π_old it reads when partner_old is not given: a term without a ratio reads none, the gate the
+# learner's own pre-update pass (its PPO ratio and its gate both need it), the others the author's
+IMPLIED_PARTNER_OLD = {"nll": "none", "shaping": "none", "gate": "learner"}
+INGREDIENTS: dict[str, tuple[str, ...]] = {
+    "share_prompts": ("all", "learner_failed", "learner_failed_partner_solved", "learner_failed_partner_mixed"),
+    "partner_answers": ("group", "correct", "one_correct"),
+    "partner_old": ("author", "learner", "none"),
+    "partner_weight": tuple(PARTNER_WEIGHT_LOSS),
+    "advantage": ("hacpo", "group", "group_mean", "own", "partner"),
+    "negatives": ("keep", "drop", "veto"),
+}
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
@@ -64,15 +113,37 @@ for _algo in (
     Algorithm("hacpo", shares_pool=True, advantage="hacpo", loss="hacpo"),
     Algorithm("gspo", shares_pool=False, advantage="group", loss="gspo"),
     Algorithm("gspo2x", shares_pool=False, advantage="group", loss="gspo", rollout_multiplier=2),
-    Algorithm("naive", shares_pool=True, advantage="group", loss="gspo", cross_as_own=True),
+    Algorithm("naive", shares_pool=True, advantage="group", loss="gspo", cross_as_own=True,
+              partner_weight="ratio"),
     Algorithm("grpo", shares_pool=False, advantage="group", loss="grpo", token_level=True),
-    Algorithm("imitation", shares_pool=True, advantage="own", loss="imitation", use_omega=False),
+    Algorithm("imitation", shares_pool=True, advantage="own", loss="imitation", use_omega=False,
+              partner_old="none", partner_weight="nll"),
     Algorithm("hacpo-noadv", shares_pool=True, advantage="hacpo", loss="hacpo", capability_aware=False),
     Algorithm("hacpo-noomega", shares_pool=True, advantage="hacpo", loss="hacpo", use_omega=False),
     Algorithm("hacpo-alpha0", shares_pool=True, advantage="hacpo", loss="hacpo", alpha_zero=True),
     Algorithm("hacpo-nostep", shares_pool=True, advantage="hacpo", loss="hacpo", stepwise=False),
     Algorithm("hacpo-noclip", shares_pool=True, advantage="hacpo", loss="hacpo", cross_clip=False),
     Algorithm("hacpo-adaptive", shares_pool=True, advantage="hacpo", loss="hacpo", adaptive_window=True),
+    # naive with partner rows' π_old from the learner's own pre-update pass (the paper's naive as verl would run it)
+    Algorithm("naive-recompute", shares_pool=True, advantage="group", loss="gspo", cross_as_own=True,
+              partner_old="learner", partner_weight="ratio"),
+    # Success-Gated Transfer (Mutual RL, second-hand): imitation of ONE correct partner answer, λ 0.1, only where
+    # the learner failed every answer and a partner solved the prompt
+    Algorithm("sgt", shares_pool=True, advantage="own", loss="imitation", use_omega=False,
+              share_prompts="learner_failed_partner_solved", partner_answers="one_correct", partner_old="none",
+              partner_weight="nll"),
+    # LUFFY: the partners' correct answers in the joint group (mean, no std: its released script), trained with
+    # the shaping f(π) = π/(π + γ) per token, no ratio
+    Algorithm("luffy", shares_pool=True, advantage="group_mean", loss="partner", use_omega=False,
+              partner_answers="correct", partner_old="none", partner_weight="shaping"),
+    # F-TIS: truncated IS min(s, C) against the author on partner answers, the joint group's advantage, a KL veto
+    # on the negative ones
+    Algorithm("ftis", shares_pool=True, advantage="group", loss="partner", use_omega=False,
+              partner_weight="truncated_is", negatives="veto"),
+    # GRAFT-like (second-hand): prompts the learner failed where a partner's group is mixed, that whole group with
+    # its own advantages, the fixed gate 1[s > 0.8]·min(s, 1), a ratio to the learner's own π_old
+    Algorithm("gated-group", shares_pool=True, advantage="partner", loss="partner", use_omega=False,
+              share_prompts="learner_failed_partner_mixed", partner_old="learner", partner_weight="gate"),
 ):
     ALGORITHMS.add(_algo.name, _algo)
 
@@ -90,6 +161,50 @@ def _gspo_times(n: str) -> Algorithm:
 
 
 ALGORITHMS.add_family(r"gspo-x(?P<n>[1-9][0-9]?)", "gspo-x<N>", _gspo_times)
+
+
+def compose(algo: Algorithm, **ingredients: str | None) -> Algorithm:
+    """``algo`` with some ingredients replaced (None: keep its own), its loss following ``partner_weight``
+    (``PARTNER_WEIGHT_LOSS``) and its ``partner_old`` following the weight where not given
+    (``IMPLIED_PARTNER_OLD``). Raises ValueError, one line naming the ``algorithm.<field>`` at fault, for an
+    unknown value or a combination the loss cannot run."""
+    given = {k: v for k, v in ingredients.items() if v is not None}
+    for key, value in given.items():
+        if key not in INGREDIENTS:
+            raise ValueError(f"algorithm.{key}: not an ingredient; valid: {', '.join(INGREDIENTS)}")
+        if value not in INGREDIENTS[key]:
+            raise ValueError(f"algorithm.{key}={value!r}: valid values: {', '.join(INGREDIENTS[key])}")
+    if not given:
+        return algo
+    if not algo.shares_pool:
+        raise ValueError(f"algorithm.{next(iter(given))}: {algo.name} trains on its own answers only; compose "
+                         "from an algorithm that shares the pool (hacpo, naive, imitation, ...)")
+    changes: dict[str, Any] = dict(given)
+    if "partner_weight" in given:
+        changes["loss"], changes["cross_as_own"] = PARTNER_WEIGHT_LOSS[given["partner_weight"]]
+        if "partner_old" not in given:
+            changes["partner_old"] = IMPLIED_PARTNER_OLD.get(given["partner_weight"], "author")
+    out = replace(algo, **changes)
+    check_ingredients(out)
+    return out
+
+
+def check_ingredients(algo: Algorithm) -> None:
+    """Raise ValueError (one line) where the ingredients of ``algo`` do not fit together."""
+    no_ratio = algo.partner_weight in ("nll", "shaping")
+    if no_ratio != (algo.partner_old == "none"):
+        raise ValueError(f"algorithm.partner_old={algo.partner_old}: partner_weight={algo.partner_weight} "
+                         + ("has no ratio, so partner_old must be none" if no_ratio else "needs author or learner"))
+    if algo.partner_weight == "gate" and algo.partner_old != "learner":
+        raise ValueError("algorithm.partner_old: partner_weight=gate needs partner_old=learner (its ratio and gate)")
+    if algo.negatives != "keep" and algo.loss != "partner":
+        raise ValueError(f"algorithm.negatives={algo.negatives}: only the partner loss filters negatives "
+                         "(partner_weight truncated_is, gate or shaping)")
+
+
+def resolve(a: AlgorithmConfig) -> Algorithm:
+    """The run's algorithm: ``algorithm.name``'s, with the ingredients the config sets (``compose``)."""
+    return compose(ALGORITHMS.get(a.name), **{k: getattr(a, k) for k in INGREDIENTS})
 
 
 def derive_for(cfg: Config) -> Derived:

@@ -27,10 +27,10 @@ from torch import Tensor
 from hacrl.agents.agent import Agent, token_logprobs
 from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_shared_prompt
 from hacrl.core import (
+    PARTNER_TERMS,
     POLICY_LOSSES,
     LossInputs,
-    group_advantages,
-    hacpo_advantages,
+    gate_weight,
     rollout_correction,
     sequence_log_ratio,
     staleness_correction,
@@ -39,9 +39,8 @@ from hacrl.core import (
 )
 from hacrl.learner.algorithms import Algorithm
 from hacrl.learner.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
+from hacrl.learner.sharing import ADVANTAGES, CORRECT_REWARD, select_partner_rows
 from hacrl.pool import TrajectoryPool
-
-CORRECT_REWARD = 1.0  # a verified-correct answer has the task's full reward (as the trainer's accuracy counts)
 
 
 @dataclass
@@ -67,10 +66,13 @@ class ViewRow:
     # the asynchronous mode: an own answer's version gap (its Trajectory's: the learner's version now minus the
     # one that wrote it); > 0 trains against π_prox with the staleness weight (correct_stale_rows)
     version_gap: int = 0
+    # a fixed weight of a partner row, set before the update (GRAFT's gate, ``recompute_partner_old``); 1 elsewhere
+    partner_weight: float = 1.0
 
 
 def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: dict[int, str]) -> list[ViewRow]:
-    """The learner's rows: own answers as generated, others' re-tokenized from text (shared algorithms)."""
+    """The learner's rows: own answers as generated, others' re-tokenized from text (shared algorithms), those
+    of them that ``algo``'s ``share_prompts`` and ``partner_answers`` keep (``sharing.select_partner_rows``)."""
     sources = None if algo.shares_pool else [learner.index]
     rows = []
     for t in pool.scored(sources):
@@ -83,7 +85,7 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
             answer_ids, truncated = learner.encode_answer(t.text, t.finished)
             rows.append(ViewRow(t.prompt_index, t.source, False, prompt_ids, answer_ids, t.logp_mean, None,
                                 _scored(t.reward), truncated))
-    return rows
+    return select_partner_rows(rows, algo.share_prompts, algo.partner_answers)
 
 
 def _scored(reward: float | None) -> float:
@@ -101,15 +103,8 @@ def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_
     rewards_B = torch.tensor([r.reward for r in rows])
     groups_B = torch.tensor([r.prompt_index for r in rows])
     sources_B = torch.tensor([r.source for r in rows])
-    if algo.advantage == "hacpo":
-        adv_B = hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, omega=omega_NN[learner],
-                                 capability_aware=algo.capability_aware)
-    elif algo.advantage == "own":  # GSPO's group advantage over the learner's own answers; 0 on the others'
-        own_B = sources_B == learner
-        adv_B = torch.zeros(len(rows))
-        adv_B[own_B] = group_advantages(rewards_B[own_B], groups_B[own_B])
-    else:
-        adv_B = group_advantages(rewards_B, groups_B)
+    adv_B = ADVANTAGES.get(algo.advantage)(rewards_B, groups_B, sources_B, learner=learner, omega_N=omega_NN[learner],
+                                           capability_aware=algo.capability_aware)
     # ω^(source, learner) scales a cross answer's update (eq. 10)
     omega_B = omega_NN[sources_B, learner] if algo.use_omega else torch.ones(len(rows))
     for row, a, w in zip(rows, adv_B.tolist(), omega_B.tolist(), strict=True):
@@ -164,6 +159,12 @@ class LossSettings:
     # masked-is: ``hacrl.config.rollout_correction_mode``) and its cap C; no defaults either
     rollout_correction: str
     rollout_correction_cap: float
+    # the partner loss's settings (``hacrl.core.partner``): C of truncated_is, GRAFT's gate threshold, LUFFY's γ,
+    # the negative veto's τ (``algorithm.is_cap``, ``gate_threshold``, ``shaping_gamma``, ``veto_kl``)
+    is_cap: float = 2.0
+    gate_threshold: float = 0.8
+    shaping_gamma: float = 0.1
+    veto_kl: float = 0.1
 
 
 def loss_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[float] | None = None) -> dict[str, Any]:
@@ -174,9 +175,12 @@ def loss_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[flo
     lower: float | Tensor = (
         stepwise_lower_bound(index, delta=s.delta, delta_step=s.delta_step) if lower0 is None else
         torch.tensor([stepwise_tightened(x, index, delta_step=s.delta_step) for x in lower0]))
+    # partner_term: the partner loss's term (a loss of another kind ignores it, and the partner settings)
+    term = algo.partner_weight if algo.partner_weight in PARTNER_TERMS else "ratio"
     return {"clip_low": s.clip_low, "clip_high": s.clip_high, "alpha": 0.0 if algo.alpha_zero else s.alpha,
             "cross_lower": lower, "cross_clip": algo.cross_clip, "max_log_ratio": s.max_log_ratio,
-            "kl_coef": s.kl_coef, "imitation_coef": s.imitation_coef}
+            "kl_coef": s.kl_coef, "imitation_coef": s.imitation_coef, "partner_term": term,
+            "negatives": algo.negatives, "is_cap": s.is_cap, "shaping_gamma": s.shaping_gamma, "veto_kl": s.veto_kl}
 
 
 def assign_rollout_weights(rows: list[ViewRow], s: LossSettings) -> dict[str, float]:
@@ -271,7 +275,46 @@ def loss_inputs(micro: list[ViewRow], algo: Algorithm, logp_BT: Tensor, answer_m
         rollout_weight_B=torch.tensor([r.rollout_weight for r in micro], device=device),
         own_share=own_share,
         imitate_share=imitate_share,
+        partner_weight_B=(torch.tensor([r.partner_weight for r in micro], device=device)
+                          if algo.partner_weight == "gate" else None),
     )
+
+
+def recompute_partner_old(agent: Agent, mbs: list[list[ViewRow]], algo: Algorithm, settings: LossSettings, *,
+                          micro_batch_size: int, shared: bool) -> dict[str, float]:
+    """``partner_old = learner``: each partner row's π_old becomes the learner's own mean token log-prob before the
+    update (in place), from a no-grad pass over the very micro-batches the update will run, so that the first
+    minibatch's ratio of those rows is exactly 1; with ``partner_weight = gate`` each row's ``partner_weight``
+    becomes GRAFT's gate of the learner's π_old over the author's. Returns ``partner_old/*`` metrics (none without
+    partner rows): the mean ℓ̄_learner − ℓ̄_author, and with the gate the share of partner rows that pass it."""
+    if algo.partner_old != "learner":
+        return {}
+    log_gaps: list[float] = []
+    for mb in mbs:
+        for start in range(0, len(mb), micro_batch_size):
+            micro = mb[start : start + micro_batch_size]
+            if all(r.is_own for r in micro):
+                continue
+            with torch.no_grad():
+                logp_BT, _, mask_BT = _forward(agent, micro, shared, [False] * len(micro))
+            m_BT = mask_BT.to(logp_BT.device).bool()
+            # the loss's ℓ̄ (sequence_log_ratio): the masked token mean in float32
+            mean_B = torch.where(m_BT, logp_BT.float(), 0.0).sum(-1) / m_BT.sum(-1).clamp_min(1)
+            author_B = torch.tensor([r.old_logp_mean for r in micro])
+            gate_B = gate_weight(learner_logp_mean_B=mean_B.cpu(), author_logp_mean_B=author_B,
+                                 threshold=settings.gate_threshold, max_log_ratio=settings.max_log_ratio)
+            for r, mean, author, g in zip(micro, mean_B.tolist(), author_B.tolist(), gate_B.tolist(), strict=True):
+                if not r.is_own:
+                    log_gaps.append(mean - author)
+                    r.old_logp_mean = mean
+                    r.partner_weight = g if algo.partner_weight == "gate" else 1.0
+    if not log_gaps:  # no partner row: nothing to report
+        return {}
+    out = {"partner_old/log_ratio_to_author": sum(log_gaps) / len(log_gaps)}
+    if algo.partner_weight == "gate":
+        gates = [r.partner_weight for mb in mbs for r in mb if not r.is_own]
+        out["partner_old/gate_pass_frac"] = sum(g > 0 for g in gates) / len(gates)
+    return out
 
 
 def update_learner(
@@ -310,6 +353,7 @@ def update_learner(
     clock = PhaseClock()
     # the rollout correction's weights: fixed for the whole update (π_prox and π_behav do not move), every rank alike
     correction = assign_rollout_weights([r for mb in mbs for r in mb], settings)
+    partner_old = recompute_partner_old(agent, mbs, algo, settings, micro_batch_size=micro_batch_size, shared=shared)
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
         kwargs = loss_settings(algo, settings, m)
@@ -353,6 +397,7 @@ def update_learner(
             _merge_ratios(observed_ratios, dp_group)
     out = {k: totals[k] / weights[k] for k in totals if weights[k] > 0}
     out.update({f"rollout_is/{k}": v for k, v in correction.items()})
+    out.update(partner_old)
     out.update({f"busy_{phase}_s": seconds for phase, seconds in clock.seconds.items()})  # this rank's
     return out
 

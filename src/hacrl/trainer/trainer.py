@@ -35,7 +35,7 @@ from hacrl.backends import make_backend
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task, task_scorer
-from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.algorithms import ALGORITHMS, resolve
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
@@ -103,6 +103,10 @@ class Trainer:
             self.algo = ALGORITHMS.get(cfg.algorithm.name)
         except KeyError as exc:
             raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
+        try:  # the ingredients the config sets (algorithm.share_prompts, ...) must fit the algorithm
+            resolve(cfg.algorithm)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.derived = derive(cfg, shares_pool=self.algo.shares_pool,
                               rollout_multiplier=self.algo.rollout_multiplier, needs_groups=True)
         self.logger_names = resolve_loggers(cfg.run) if sinks else []  # a missing listed logger stops here

@@ -1,0 +1,191 @@
+"""The ``partner`` policy loss: GSPO on the learner's own answers plus one of several ways of learning from a
+partner's answers (the ingredients of docs/methods.md), each a pure function of tensors and scalars.
+
+    loss = −(1/B) Σ_i J_i + β·KL(own rows)
+    own row:     J_i = w̃_i · min(s_i A_i, clip(s_i, 1−ε_l, 1+ε_h) A_i)          (GSPO, as ``hacpo_loss``)
+    partner row: J_i = g_i · keep_i · T_i                                       (T: ``PARTNER_TERMS``)
+
+with s_i = exp(ℓ̄_θ(y_i) − old_logp_mean_i) the sequence ratio (π_old of a partner row: the author's rollout mean
+log-prob, or the learner's own pre-update one, as the learner set it), g_i a fixed detached weight per row
+(``LossInputs.partner_weight_B``: GRAFT's gate, ``gate_weight``; 1 without one) and keep_i the negative filter
+(``NEGATIVE_FILTERS``). Every term is a mean over a sequence's own tokens, so a partner row counts once in the
+mean over rows, as an own row does (seq-mean-token-mean).
+
+Partner terms (``PARTNER_TERMS``):
+- ``ratio`` / ``gate``: GSPO's clipped surrogate min(s·A, clip(s, 1−ε_l, 1+ε_h)·A) on the partner row too (``gate``
+  is the same term; the learner gives it the fixed gate weight g and the learner's own π_old);
+- ``truncated_is``: F-TIS's truncated importance weight, sg(min(s, C))·A·∇ℓ̄_θ (value min(s, C)·A);
+- ``shaping``: LUFFY's f(π) = π/(π + γ) per token, no ratio: (1/L) Σ_t f(π_θ(y_t))·A.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from hacrl.core.losses import (
+    POLICY_LOSSES,
+    LossInputs,
+    _kl_term,
+    _masked_mean,
+    _own_objective,
+    _rollout_weight,
+    sequence_log_ratio,
+)
+from hacrl.registry import Registry
+
+PartnerTerm = Callable[..., Tensor]
+NegativeFilter = Callable[..., Tensor]
+
+PARTNER_TERMS: Registry[PartnerTerm] = Registry("partner term")
+NEGATIVE_FILTERS: Registry[NegativeFilter] = Registry("negative filter")
+
+
+def clipped_term(*, s_B: Tensor, adv_B: Tensor, logp_BT: Tensor, mask_BT: Tensor, clip_low: float,
+                 clip_high: float, is_cap: float, shaping_gamma: float) -> Tensor:
+    """float[B]: GSPO's pessimistic clipped surrogate min(s·A, clip(s, 1−ε_l, 1+ε_h)·A) (GSPO eq. 5)."""
+    return _own_objective(s_B, adv_B, clip_low, clip_high)[0]
+
+
+def truncated_is_term(*, s_B: Tensor, adv_B: Tensor, logp_BT: Tensor, mask_BT: Tensor, clip_low: float,
+                      clip_high: float, is_cap: float, shaping_gamma: float) -> Tensor:
+    """float[B]: truncated importance sampling (F-TIS; IMPALA's ρ̄ = min(ρ, C)): J = sg(min(s, C))·(s/sg(s))·A,
+    whose value is min(s, C)·A and whose gradient is min(s, C)·A·∇ℓ̄_θ: weight s below the cap, C above it (the
+    truncation bounds the weight, it does not cut the gradient)."""
+    if not is_cap > 0:
+        raise ValueError(f"is_cap must be > 0, got {is_cap}")
+    s_det_B = s_B.detach()
+    # w = min(π_θ / π_author, C), detached; s / sg(s) carries the score function ∇ log s = ∇ℓ̄_θ
+    return s_det_B.clamp_max(is_cap) * (s_B / s_det_B) * adv_B
+
+
+def shaping_term(*, s_B: Tensor, adv_B: Tensor, logp_BT: Tensor, mask_BT: Tensor, clip_low: float,
+                 clip_high: float, is_cap: float, shaping_gamma: float) -> Tensor:
+    """float[B]: LUFFY's policy shaping (arXiv 2504.14945 eq. 8), per token and without a ratio: the token-mean
+    of f(π_θ(y_t)) = π_θ(y_t)/(π_θ(y_t) + γ) times A. ∇f = γπ/(π + γ)²·∇log π: an SFT gradient weighted most
+    at π = γ."""
+    if not shaping_gamma > 0:
+        raise ValueError(f"shaping_gamma must be > 0, got {shaping_gamma}")
+    m_BT = mask_BT.bool()
+    p_BT = torch.exp(torch.where(m_BT, logp_BT.float(), 0.0))
+    f_BT = torch.where(m_BT, p_BT / (p_BT + shaping_gamma), 0.0)  # f(π) = π / (π + γ)
+    return f_BT.sum(-1) / m_BT.sum(-1).clamp_min(1) * adv_B
+
+
+def keep_all(*, adv_B: Tensor, log_ratio_B: Tensor, veto_kl: float) -> Tensor:
+    """bool[B]: every partner row trains, negatives included."""
+    return torch.ones_like(adv_B, dtype=torch.bool)
+
+
+def drop_negatives(*, adv_B: Tensor, log_ratio_B: Tensor, veto_kl: float) -> Tensor:
+    """bool[B]: partner rows with A < 0 are dropped (positives and zero advantages kept)."""
+    return adv_B >= 0
+
+
+def kl_veto(*, adv_B: Tensor, log_ratio_B: Tensor, veto_kl: float) -> Tensor:
+    """bool[B]: a negative partner row is dropped when the learner is too far from its author: KL > τ, with
+    KL(π_author ‖ π_θ) estimated per token by the sequence's k1, −log s = ℓ̄_author − ℓ̄_θ (F-TIS's veto; its
+    estimator and τ are not published). Positives are always kept."""
+    return (adv_B >= 0) | (-log_ratio_B.detach() <= veto_kl)
+
+
+for _name, _term in (("ratio", clipped_term), ("gate", clipped_term), ("truncated_is", truncated_is_term),
+                     ("shaping", shaping_term)):
+    PARTNER_TERMS.add(_name, _term)
+for _name, _filter in (("keep", keep_all), ("drop", drop_negatives), ("veto", kl_veto)):
+    NEGATIVE_FILTERS.add(_name, _filter)
+
+
+def gate_weight(*, learner_logp_mean_B: Tensor, author_logp_mean_B: Tensor, threshold: float,
+                max_log_ratio: float = 10.0) -> Tensor:
+    """float32[B]: GRAFT's fixed gate of a partner answer, w = 1[s > threshold]·min(s, 1), with
+    s = exp(ℓ̄_{π_old, learner}(y) − ℓ̄_{π, author}(y)) (each in its own tokens, the log-ratio clamped to
+    ±max_log_ratio); detached by construction (the inputs are log-probs before the update).
+
+    Two answers the learner finds half and twice as likely as their author did, threshold 0.8: s = 0.5 fails the
+    gate (0); s = 2 passes it, min(2, 1) = 1.
+
+    >>> import math
+    >>> gate_weight(learner_logp_mean_B=torch.tensor([-2.0 + math.log(0.5), -2.0 + math.log(2.0)]),
+    ...             author_logp_mean_B=torch.tensor([-2.0, -2.0]), threshold=0.8).tolist()
+    [0.0, 1.0]
+    """
+    log_s_B = (learner_logp_mean_B.float() - author_logp_mean_B.float()).clamp(-max_log_ratio, max_log_ratio)
+    s_B = torch.exp(log_s_B)
+    # w = 1[s > 0.8] · min(s, 1)
+    return torch.where(s_B > threshold, s_B.clamp_max(1.0), torch.zeros_like(s_B))
+
+
+def partner_loss(
+    inputs: LossInputs,
+    *,
+    clip_low: float,
+    clip_high: float,
+    alpha: float = 1.0,
+    cross_lower: float | Tensor = 0.8,
+    cross_clip: bool = True,
+    max_log_ratio: float = 10.0,
+    kl_coef: float = 0.0,
+    imitation_coef: float = 1.0,
+    partner_term: str = "ratio",
+    negatives: str = "keep",
+    is_cap: float = 2.0,
+    shaping_gamma: float = 0.1,
+    veto_kl: float = 0.1,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO on own answers plus ``partner_term`` on the others' (module docstring), filtered by ``negatives``.
+
+    Args:
+        inputs: the rows; needs ``old_logp_mean_B`` and ``own_B``. ``partner_weight_B``: a fixed weight of each
+            partner row (None: 1); ``omega_B`` is not read.
+        clip_low, clip_high: GSPO's radii, for own rows and the ``ratio`` / ``gate`` partner term.
+        partner_term: a ``PARTNER_TERMS`` name; negatives: a ``NEGATIVE_FILTERS`` name.
+        is_cap: C of ``truncated_is``; shaping_gamma: γ of ``shaping``; veto_kl: τ of the ``veto`` filter.
+        kl_coef: β of the k3 KL term on own rows (needs ``ref_logp_BT``).
+        alpha, cross_lower, cross_clip, imitation_coef: not read (the one signature of ``POLICY_LOSSES``).
+    """
+    if inputs.old_logp_mean_B is None or inputs.own_B is None:
+        raise ValueError("the partner loss needs old_logp_mean_B and own_B")
+    term, keep = PARTNER_TERMS.get(partner_term), NEGATIVE_FILTERS.get(negatives)
+    logp, mask = inputs.logp_BT, inputs.mask_BT
+    adv_B = inputs.advantages_B.float()
+    own_B = inputs.own_B.bool()
+    log_ratio_B, nonempty_B = sequence_log_ratio(logp, mask, inputs.old_logp_mean_B, max_log_ratio=max_log_ratio)
+    s_B = torch.exp(log_ratio_B)
+
+    own_obj_B, own_clipped_B = _own_objective(s_B, adv_B, clip_low, clip_high)
+    own_obj_B = _rollout_weight(inputs) * own_obj_B
+    g_B = (inputs.partner_weight_B.detach().float() if inputs.partner_weight_B is not None
+           else torch.ones_like(adv_B))
+    kept_B = keep(adv_B=adv_B, log_ratio_B=log_ratio_B, veto_kl=veto_kl)
+    partner_obj_B = g_B * term(s_B=s_B, adv_B=adv_B, logp_BT=logp, mask_BT=mask, clip_low=clip_low,
+                               clip_high=clip_high, is_cap=is_cap, shaping_gamma=shaping_gamma)
+    partner_obj_B = torch.where(kept_B, partner_obj_B, torch.zeros_like(partner_obj_B))
+
+    obj_B = torch.where(own_B, own_obj_B, partner_obj_B)
+    obj_B = torch.where(nonempty_B, obj_B, torch.zeros_like(obj_B))
+    pg_loss = -obj_B.mean()
+    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, own_B & nonempty_B)
+
+    cross_B = ~own_B & nonempty_B
+    s_det_B = s_B.detach()
+    metrics = {
+        "pg_loss": pg_loss.detach(),
+        "kl": kl_mean,
+        "self/ratio_mean": _masked_mean(s_det_B, own_B & nonempty_B),
+        "self/clip_frac": _masked_mean(own_clipped_B, own_B & nonempty_B),
+        "cross/ratio_mean": _masked_mean(s_det_B, cross_B),
+        "cross/adv_pos_frac": _masked_mean(adv_B > 0, cross_B),
+        "cross/kept_frac": _masked_mean(kept_B, cross_B),
+        "cross/gate_mean": _masked_mean(g_B, cross_B),
+        "cross/objective_mean": _masked_mean(partner_obj_B.detach(), cross_B),
+        "count/own": (own_B & nonempty_B).sum(),
+        "count/cross": cross_B.sum(),
+        "count/empty": (~nonempty_B).sum(),
+    }
+    return pg_loss + kl_penalty, metrics
+
+
+POLICY_LOSSES.add("partner", partner_loss)
