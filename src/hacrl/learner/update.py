@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -75,23 +75,18 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
     of them that ``algo``'s ``share_prompts`` and ``partner_answers`` keep (``sharing.select_partner_rows``)."""
     sources = None if algo.shares_pool else [learner.index]
     rows = []
-    for t in pool.scored(sources):
+    for t in pool.scored(sources):  # scored: every reward is a float
+        reward = float(cast(float, t.reward))
         prompt_ids = learner.render_prompt(prompts[t.prompt_index])
         if t.source == learner.index:
             behav = t.behav_logp_sum / max(t.num_tokens, 1) if t.behav_logp_sum is not None else None
             rows.append(ViewRow(t.prompt_index, t.source, True, prompt_ids, list(t.token_ids), t.logp_mean,
-                                t.token_logps, _scored(t.reward), behav_logp_mean=behav, version_gap=t.version_gap))
+                                t.token_logps, reward, behav_logp_mean=behav, version_gap=t.version_gap))
         else:
             answer_ids, truncated = learner.encode_answer(t.text, t.finished)
             rows.append(ViewRow(t.prompt_index, t.source, False, prompt_ids, answer_ids, t.logp_mean, None,
-                                _scored(t.reward), truncated))
+                                reward, truncated))
     return select_partner_rows(rows, algo.share_prompts, algo.partner_answers)
-
-
-def _scored(reward: float | None) -> float:
-    if reward is None:  # pool.scored() leaves unscorable answers out
-        raise ValueError("an unscorable answer reached a learner's view")
-    return float(reward)
 
 
 def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor) -> None:
