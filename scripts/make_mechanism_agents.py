@@ -86,8 +86,8 @@ class Plan:
     """One warm-start run and the snapshots it yields: agent name -> validation accuracy target.
 
     ``stream``: ``("curriculum", boost)`` (:func:`zero_digit_curriculum`), ``("trace", rho)`` (corrupted traces,
-    :func:`corrupted_trace_stream` with the curriculum at ``boost``) or ``("operators", op, share)``
-    (:func:`operator_stream`). ``init``: a shipped tiny agent to warm-start on from, or None (a fresh
+    :func:`corrupted_trace_stream`) or ``("operators", op, share)`` (:func:`operator_stream`), the last two on
+    the zero-digit curriculum at ``boost``. ``init``: a shipped tiny agent to warm-start on from, or None (a fresh
     ``arch`` at ``seed``)."""
 
     task: str
@@ -103,6 +103,8 @@ class Plan:
     warm: dict = field(default_factory=lambda: dict(batch_size=32, weight_decay=0.01, warmup_steps=50,
                                                     final_lr_fraction=1.0))
     eval_every: int = 25
+    fine_every: int = 2  # the check's period once validation accuracy is within fine_band of the next target
+    fine_band: float = 0.1
 
     def describe(self) -> str:
         init = f"on from builtin:{self.init}" if self.init else f"fresh {self.arch} seed {self.seed}"
@@ -140,7 +142,7 @@ def training_stream(plan: Plan, task: Task, seed: int) -> Iterator[Problem]:
     if kind == "trace":
         return corrupted_trace_stream(task, seed, args[0], boost=plan.boost)
     if kind == "operators":
-        return operator_stream(task, seed, args[0], args[1])
+        return operator_stream(task, seed, args[0], args[1], boost=plan.boost)
     raise ValueError(f"unknown stream {plan.stream!r}")
 
 
@@ -179,15 +181,25 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
     snapshots: list[tuple[str, int, float | None, dict]] = []
     t0 = time.perf_counter()
 
+    last: list = [None]  # the previous check: (step, accuracy, state)
+    fine = [False]
+
     def on_step(step: int, loss: float) -> bool:
-        if step % plan.eval_every:
+        if step % (plan.fine_every if fine[0] else plan.eval_every):
             return False
         acc = measure(model, tokenizer, task, val)
         logger.info("%s step %d loss %.3f val %s (%.0fs)", "/".join(plan.targets), step, loss,
                     " ".join(f"{k} {v:.3f}" for k, v in acc.items()), time.perf_counter() - t0)
+        state = copy.deepcopy(model.state_dict())
         while pending and acc["overall"] >= pending[0][1]:
-            name, _ = pending.pop(0)
-            snapshots.append((name, step, acc["overall"], copy.deepcopy(model.state_dict())))
+            name, target = pending.pop(0)
+            # the check closer to the target: this one, or the one before it (accuracy jumps between checks)
+            prev = last[0]
+            use_prev = prev is not None and target - prev[1] < acc["overall"] - target
+            snapshots.append((name, *(prev if use_prev else (step, acc["overall"], state))))
+        # near the next target, check more often
+        fine[0] = bool(pending) and acc["overall"] >= pending[0][1] - plan.fine_band
+        last[0] = (step, acc["overall"], state)
         return not pending
 
     warm_start(model, tokenizer, task, plan.max_steps, seed, lr=plan.lr, callback=on_step,
@@ -215,7 +227,7 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
             "dtype": "float32",
             "init": f"builtin:{plan.init}" if plan.init else f"build_model({plan.arch!r}, seed={seed})",
             "warm_start": {"steps": step, "seed": seed, "lr": plan.lr, **plan.warm, "stream": list(plan.stream),
-                           "curriculum_boost": plan.boost if plan.stream[0] == "trace" else None,
+                           "curriculum_boost": plan.boost if plan.stream[0] != "curriculum" else plan.stream[1],
                            "stop": f"val greedy acc >= {plan.targets[name]}", "target": plan.targets[name],
                            "val_accuracy": None if val_acc is None else round(val_acc, 4), "n_val": len(val)},
             "test_accuracy_greedy": round(acc["overall"], 4),

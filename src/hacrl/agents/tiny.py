@@ -309,12 +309,13 @@ def corrupted_trace_stream(task: Task, seed: int, rho: float, *, boost: float = 
         yield Problem(id=p.id, prompt=p.prompt, answer=corrupt_trace(p.answer, rho, p.id), meta=p.meta)
 
 
-def operator_stream(task: Task, seed: int, op: str, share: float) -> Iterator[Problem]:
+def operator_stream(task: Task, seed: int, op: str, share: float, *, boost: float = 0.0) -> Iterator[Problem]:
     """A training stream of ``task`` (``mixed``) in which each problem has the operator ``op`` with probability
     ``share`` and another operator otherwise (``share`` 1: ``op`` only; 0.5 on ``mixed``: about the plain
-    stream's mix). Needs ``meta["op"]``. Deterministic given ``seed``, ``op`` and ``share``."""
+    stream's mix), drawn from :func:`zero_digit_curriculum`'s stream at ``boost`` (0: the plain one). Needs
+    ``meta["op"]``. Deterministic given ``seed``, ``op``, ``share`` and ``boost``."""
     rng = random.Random(f"operators/{seed}/{op}/{share}")
-    stream = task.train_problems(seed)
+    stream = zero_digit_curriculum(task, seed, boost=boost) if boost > 0 else task.train_problems(seed)
     while True:
         want_own = rng.random() < share
         p = next(stream)
