@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,13 @@ PENDING_ARMS = {"naive-recompute"}  # the E1 arm, issue #45 item 1, lands with i
 SHIPPED = {"qwen2-char", "qwen2-char-early", "qwen2-char-small", "llama-bpe"}
 
 
-def generated_agents() -> set[str]:
+@cache
+def generated_agents() -> frozenset[str]:
     spec = importlib.util.spec_from_file_location("make_mechanism_agents", ROOT / "scripts" / "make_mechanism_agents.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    return {n for plan in module.PLANS for n in plan.targets}
+    return frozenset(n for plan in module.PLANS for n in plan.targets)
 
 
 def test_one_config_per_cell():

@@ -12,7 +12,10 @@
 - :func:`greedy_accuracy`: batched, left-padded greedy evaluation on a task's held-out problems.
 - :func:`tiny_agent_path` and :data:`TINY_PAIRS`: the warm-started agents shipped in
   ``hacrl/assets/tiny/`` (made by ``scripts/make_tiny_agents.py``), one pair per kind of
-  heterogeneity in the paper: *state*, *size* and *model*.
+  heterogeneity in the paper: *state*, *size* and *model*; and the mechanism study's agents, generated
+  into :func:`tiny_cache_dir` by ``scripts/make_mechanism_agents.py`` (never shipped), from the streams
+  :func:`corrupted_trace_stream` (``add2-trace`` with its traces' digits redrawn at a rate ρ,
+  :func:`corrupt_trace`) and :func:`operator_stream` (``mixed`` with a set share of one operator).
 
 The tiny models use a plain template, no chat template: the prompt text, then the answer, then EOS.
 Tokenize prompt and answer separately (``add_special_tokens=False``) and concatenate; for these
