@@ -4,8 +4,9 @@ defaulting to ``~/.cache/hacrl``; see :func:`hacrl.agents.tiny.tiny_cache_dir`).
 
 Each plan trains one tiny causal LM (from scratch, or on from a shipped agent) with the supervised warm start
 of :mod:`hacrl.agents.tiny` on one task and stream, and saves a snapshot each time its greedy accuracy on a
-validation set (problems of the *training* split) first reaches one of the plan's targets, as
-``scripts/make_tiny_agents.py`` does. On ``add2-trace`` the accuracy is the final answer's (what the reward
+validation set (512 problems of the *training* split) first reaches one of the plan's targets, as
+``scripts/make_tiny_agents.py`` does, except that the accuracy compared is the mean of the last 3 checks (one
+check's noise would stop the run early) and that checks come every 2 steps within 0.2 of the next target. On ``add2-trace`` the accuracy is the final answer's (what the reward
 reads); on ``mixed`` it is overall (both operators).
 
 | agent | task | arch / tokenizer | stream (warm start) | target | study cell |
@@ -104,7 +105,8 @@ class Plan:
                                                     final_lr_fraction=1.0))
     eval_every: int = 25
     fine_every: int = 2  # the check's period once validation accuracy is within fine_band of the next target
-    fine_band: float = 0.1
+    fine_band: float = 0.2
+    smooth: int = 3  # a target is reached when the mean validation accuracy of the last `smooth` checks is over it
 
     def describe(self) -> str:
         init = f"on from builtin:{self.init}" if self.init else f"fresh {self.arch} seed {self.seed}"
@@ -181,25 +183,23 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
     snapshots: list[tuple[str, int, float | None, dict]] = []
     t0 = time.perf_counter()
 
-    last: list = [None]  # the previous check: (step, accuracy, state)
+    recent: list[float] = []  # the validation accuracies of the last checks
     fine = [False]
 
     def on_step(step: int, loss: float) -> bool:
         if step % (plan.fine_every if fine[0] else plan.eval_every):
             return False
         acc = measure(model, tokenizer, task, val)
-        logger.info("%s step %d loss %.3f val %s (%.0fs)", "/".join(plan.targets), step, loss,
-                    " ".join(f"{k} {v:.3f}" for k, v in acc.items()), time.perf_counter() - t0)
-        state = copy.deepcopy(model.state_dict())
-        while pending and acc["overall"] >= pending[0][1]:
-            name, target = pending.pop(0)
-            # the check closer to the target: this one, or the one before it (accuracy jumps between checks)
-            prev = last[0]
-            use_prev = prev is not None and target - prev[1] < acc["overall"] - target
-            snapshots.append((name, *(prev if use_prev else (step, acc["overall"], state))))
+        recent[:] = [*recent, acc["overall"]][-plan.smooth:]
+        level = sum(recent) / len(recent)
+        logger.info("%s step %d loss %.3f val %s mean of %d %.3f (%.0fs)", "/".join(plan.targets), step, loss,
+                    " ".join(f"{k} {v:.3f}" for k, v in acc.items()), len(recent), level, time.perf_counter() - t0)
+        # the mean of the last checks, not one check: the first single check over a target is biased upward
+        while pending and level >= pending[0][1]:
+            name, _ = pending.pop(0)
+            snapshots.append((name, step, level, copy.deepcopy(model.state_dict())))
         # near the next target, check more often
-        fine[0] = bool(pending) and acc["overall"] >= pending[0][1] - plan.fine_band
-        last[0] = (step, acc["overall"], state)
+        fine[0] = bool(pending) and level >= pending[0][1] - plan.fine_band
         return not pending
 
     warm_start(model, tokenizer, task, plan.max_steps, seed, lr=plan.lr, callback=on_step,
@@ -229,7 +229,8 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
             "warm_start": {"steps": step, "seed": seed, "lr": plan.lr, **plan.warm, "stream": list(plan.stream),
                            "curriculum_boost": plan.boost if plan.stream[0] != "curriculum" else plan.stream[1],
                            "stop": f"val greedy acc >= {plan.targets[name]}", "target": plan.targets[name],
-                           "val_accuracy": None if val_acc is None else round(val_acc, 4), "n_val": len(val)},
+                           "val_accuracy": None if val_acc is None else round(val_acc, 4), "n_val": len(val),
+                           "val_smooth": plan.smooth, "fine_every": plan.fine_every, "fine_band": plan.fine_band},
             "test_accuracy_greedy": round(acc["overall"], 4),
             "test_accuracy_by_operator": {k[3:]: round(v, 4) for k, v in acc.items() if k.startswith("op:")} or None,
             "test_trace_consistency": round(acc["trace_consistency"], 4) if "trace_consistency" in acc else None,
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", action="append", default=None, metavar="NAME",
                         help="only the plan yielding agent NAME (repeatable)")
     parser.add_argument("--list", action="store_true", help="print the plans and exit")
-    parser.add_argument("--n-val", type=int, default=256)
+    parser.add_argument("--n-val", type=int, default=512)
     parser.add_argument("--n-test", type=int, default=1000)
     args = parser.parse_args(argv)
     if args.list:
