@@ -159,3 +159,24 @@ def test_plans_cover_the_study_and_list(capsys):
     assert len(capsys.readouterr().out.strip().splitlines()) == len(script.PLANS)
     with pytest.raises(SystemExit):
         script.main(["--only", "no-such-agent"])
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("task", "stream"), [("add2-trace", ("trace", 1.0)), ("mixed", ("operators", "-", 0.8))])
+def test_a_short_plan_writes_an_agent_builtin_finds(task, stream, tmp_path, monkeypatch):
+    script = load_script()
+    monkeypatch.setenv("HACRL_CACHE", str(tmp_path))
+    plan = script.Plan(task=task, arch="qwen2-small", tokenizer="char", lr=1e-2, stream=stream,
+                       targets={"short": 0.99}, max_steps=4, eval_every=2)
+    (manifest,) = script.run_plan(plan, 0, tiny_cache_dir(), "pytest", n_val=16, n_test=24)
+    path = tiny_agent_path("short")
+    assert path == tmp_path / "tiny" / "short" and (path / "model.safetensors").is_file()
+    assert manifest["task"] == task and manifest["warm_start"]["steps"] == 4  # never reached: the last state
+    assert manifest["warm_start"]["val_accuracy"] is None and manifest["n_test"] == 24
+    assert manifest["warm_start"]["stream"] == list(stream)
+    if task == "mixed":
+        assert set(manifest["test_accuracy_by_operator"]) == {"+", "-"}
+        assert manifest["test_trace_consistency"] is None
+    else:
+        assert manifest["test_accuracy_by_operator"] is None
+        assert 0.0 <= manifest["test_trace_consistency"] <= 1.0
