@@ -6,7 +6,9 @@ Each plan trains one tiny causal LM (from scratch, or on from a shipped agent) w
 of :mod:`hacrl.agents.tiny` on one task and stream, and saves a snapshot each time its greedy accuracy on a
 validation set (512 problems of the *training* split) first reaches one of the plan's targets, as
 ``scripts/make_tiny_agents.py`` does, except that the accuracy compared is the mean of the last 3 checks (one
-check's noise would stop the run early) and that checks come every 2 steps within 0.2 of the next target. On ``add2-trace`` the accuracy is the final answer's (what the reward
+check's noise would stop the run early), that checks come every 2 steps within 0.2 of the next target, and that
+the snapshot is the state of those 3 checks whose accuracy is closest to the target (on add2-trace the accuracy
+jumps by 0.1 in a few steps). On ``add2-trace`` the accuracy is the final answer's (what the reward
 reads); on ``mixed`` it is overall (both operators).
 
 | agent | task | arch / tokenizer | stream (warm start) | target | study cell |
@@ -183,21 +185,22 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
     snapshots: list[tuple[str, int, float | None, dict]] = []
     t0 = time.perf_counter()
 
-    recent: list[float] = []  # the validation accuracies of the last checks
+    recent: list[tuple[int, float, dict]] = []  # the last checks: (step, validation accuracy, state)
     fine = [False]
 
     def on_step(step: int, loss: float) -> bool:
         if step % (plan.fine_every if fine[0] else plan.eval_every):
             return False
         acc = measure(model, tokenizer, task, val)
-        recent[:] = [*recent, acc["overall"]][-plan.smooth:]
-        level = sum(recent) / len(recent)
+        recent[:] = [*recent, (step, acc["overall"], copy.deepcopy(model.state_dict()))][-plan.smooth:]
+        level = sum(r[1] for r in recent) / len(recent)
         logger.info("%s step %d loss %.3f val %s mean of %d %.3f (%.0fs)", "/".join(plan.targets), step, loss,
                     " ".join(f"{k} {v:.3f}" for k, v in acc.items()), len(recent), level, time.perf_counter() - t0)
-        # the mean of the last checks, not one check: the first single check over a target is biased upward
+        # reached when the mean of the last checks is over the target (one check's noise would stop early); then
+        # the snapshot is the last checks' state closest to the target (accuracy jumps between checks)
         while pending and level >= pending[0][1]:
-            name, _ = pending.pop(0)
-            snapshots.append((name, step, level, copy.deepcopy(model.state_dict())))
+            name, target = pending.pop(0)
+            snapshots.append((name, *min(recent, key=lambda r: abs(r[1] - target))))
         # near the next target, check more often
         fine[0] = bool(pending) and level >= pending[0][1] - plan.fine_band
         return not pending
