@@ -10,8 +10,10 @@ Per cell (a comparison directory), agent and arm, means over seeds at the last e
   held-out problems) whose trace is arithmetically right throughout (:func:`hacrl.data.tasks.trace_consistent`:
   operands are the prompt's digits, each column sum and carry right, the number after ">" the trace's result),
   and ``right, inconsistent``: the share whose final answer is right but whose trace is not;
-- ``rescue``: the agent's rescue share before training, ``agent/<a>/rescue/<b>`` at step 1 in metrics.jsonl
-  (the share of step 1's prompts where it wrote no correct answer and its partner wrote one), mean over runs;
+- ``rescue@1``: the agent's rescue share before training, ``agent/<a>/rescue/<b>`` at step 1 in metrics.jsonl
+  (the share of step 1's prompts where it wrote no correct answer and its partner wrote one), mean over the arm's
+  runs; ``pair rescue``: its mean over the arms that share answers (at step 1 they hold the same models), the x of
+  the rescue picture;
 - ``in window``: the mean over steps of ``agent/<a>/cross/in_window_frac`` (its cross answers inside the window);
 - ``Δ gspo2x``: the final accuracy minus gspo2x's, with its 95% interval, from the comparison's summary.json.
 
@@ -159,7 +161,23 @@ def cell_rows(comparison: Path) -> list[dict[str, Any]]:
                 row["delta"] = vs["mean"]
                 row["delta_lo"], row["delta_hi"] = interval.get("lo"), interval.get("hi")
             rows.append(row)
+    for agent in summary["agents"]:  # the pair's rescue: step 1 of the arms that share answers (the same models)
+        mine = [r for r in rows if r["agent"] == agent and r["rescue"] is not None]
+        shared = [r for r in mine if _shares(r["algorithm"])] or mine
+        pair = _mean(r["rescue"] for r in shared)
+        for r in mine:
+            r["pair_rescue"] = pair
     return rows
+
+
+def _shares(algorithm: str) -> bool:
+    """Whether an arm's learners see the partner's answers (an arm not registered here counts as sharing)."""
+    from hacrl.learner.algorithms import ALGORITHMS
+
+    try:
+        return ALGORITHMS.get(algorithm.split("@")[0]).shares_pool
+    except KeyError:
+        return True
 
 
 def rho_of(cell: str) -> tuple[str, float] | None:
@@ -184,7 +202,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     cols = [("cell", "cell"), ("agent", "agent"), ("arm", "algorithm"), ("seeds", "seeds"), ("start", "start"),
             ("acc", "acc"), ("acc by op", "by_op"), ("Δ by op vs gspo2x", "by_op_delta"),
             ("consistent", "consistent"), ("right, inconsistent", "right_inconsistent"),
-            ("Δ consistent", "consistent_delta"), ("rescue@1", "rescue"), ("in window", "in_window"),
+            ("Δ consistent", "consistent_delta"), ("rescue@1", "rescue"), ("pair rescue", "pair_rescue"),
+            ("in window", "in_window"),
             ("Δ gspo2x", "delta"), ("95% interval", None)]
     lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
@@ -207,11 +226,11 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     written = []
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for a in algos:
-        pts = [r for r in rows if r["algorithm"] == a and r.get("delta") is not None and r.get("rescue") is not None]
-        ax.scatter([r["rescue"] for r in pts], [r["delta"] for r in pts], color=colour[a], label=a, s=24)
+        pts = [r for r in rows if r["algorithm"] == a and r.get("delta") is not None and r.get("pair_rescue") is not None]
+        ax.scatter([r["pair_rescue"] for r in pts], [r["delta"] for r in pts], color=colour[a], label=a, s=24)
         for r in pts:
             if r.get("delta_lo") is not None:
-                ax.plot([r["rescue"]] * 2, [r["delta_lo"], r["delta_hi"]], color=colour[a], lw=0.8, alpha=0.6)
+                ax.plot([r["pair_rescue"]] * 2, [r["delta_lo"], r["delta_hi"]], color=colour[a], lw=0.8, alpha=0.6)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(xlabel="rescue share before training (agent/<a>/rescue/<b>, step 1)",
            ylabel="Δ final accuracy vs gspo2x", title="Who gains: Δ vs gspo2x against rescue (one point per cell, agent)")
