@@ -118,7 +118,8 @@ class Plan:
 
 # the traced task is learned in a few hundred steps and its accuracy jumps: a lower lr and a finer check
 _TRACE = dict(task="add2-trace", arch="qwen2-base", tokenizer="char", lr=2e-3, eval_every=10)
-_MIXED = dict(task="mixed", arch="qwen2-base", tokenizer="char", lr=4e-3)
+# subtraction (negative answers too) leaves the plateau later than addition: up to ~3000 steps
+_MIXED = dict(task="mixed", arch="qwen2-base", tokenizer="char", lr=4e-3, max_steps=6000)
 PLANS = [
     Plan(**_TRACE, targets={"trace-f-weak": 0.35, "trace-f-strong": 0.65}, stream=("trace", 0.0), seed=2),
     Plan(**_TRACE, targets={"trace-c0-weak": 0.35, "trace-c0-strong": 0.65}, stream=("trace", 0.0), seed=5),
