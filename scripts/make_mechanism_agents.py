@@ -4,12 +4,17 @@ defaulting to ``~/.cache/hacrl``; see :func:`hacrl.agents.tiny.tiny_cache_dir`).
 
 Each plan trains one tiny causal LM (from scratch, or on from a shipped agent) with the supervised warm start
 of :mod:`hacrl.agents.tiny` on one task and stream, and saves a snapshot each time its greedy accuracy on a
-validation set (512 problems of the *training* split, which the warm start then never sees) first reaches one of the plan's targets, as
-``scripts/make_tiny_agents.py`` does, except that the accuracy compared is the mean of the last 3 checks (one
-check's noise would stop the run early), that checks come every 2 steps within 0.2 of the next target, and that
-the snapshot is the state of those 3 checks whose accuracy is closest to the target (on add2-trace the accuracy
-jumps by 0.1 in a few steps). On ``add2-trace`` the accuracy is the final answer's (what the reward
-reads); on ``mixed`` it is overall (both operators).
+validation set (512 problems of the *training* split, which the warm start then never sees) first reaches one
+of the plan's targets, as ``scripts/make_tiny_agents.py`` does, except that:
+
+- the accuracy compared is the mean of the last 3 checks (one check's noise stopped runs early);
+- checks come more often near the next target (add2-trace and the continued agents: every 2 steps within 0.2
+  of it; the others every 5 steps within 0.1);
+- the snapshot is the state, among those 3 checks, whose accuracy is closest to the target (on add2-trace the
+  accuracy jumps by 0.1 in a few steps).
+
+On ``add2-trace`` the accuracy is the final answer's (what the reward reads); on ``mixed`` it is overall (both
+operators).
 
 | agent | task | arch / tokenizer | stream (warm start) | target | study cell |
 |---|---|---|---|---|---|
@@ -106,8 +111,8 @@ class Plan:
     warm: dict = field(default_factory=lambda: dict(batch_size=32, weight_decay=0.01, warmup_steps=50,
                                                     final_lr_fraction=1.0))
     eval_every: int = 25
-    fine_every: int = 2  # the check's period once validation accuracy is within fine_band of the next target
-    fine_band: float = 0.2
+    fine_every: int = 5  # the check's period once validation accuracy is within fine_band of the next target
+    fine_band: float = 0.1
     smooth: int = 3  # a target is reached when the mean validation accuracy of the last `smooth` checks is over it
 
     def describe(self) -> str:
@@ -117,7 +122,8 @@ class Plan:
 
 
 # the traced task is learned in a few hundred steps and its accuracy jumps: a lower lr and a finer check
-_TRACE = dict(task="add2-trace", arch="qwen2-base", tokenizer="char", lr=2e-3, eval_every=10)
+_TRACE = dict(task="add2-trace", arch="qwen2-base", tokenizer="char", lr=2e-3, eval_every=10, fine_every=2,
+              fine_band=0.2)
 # subtraction (negative answers too) leaves the plateau later than addition: up to ~3000 steps
 _MIXED = dict(task="mixed", arch="qwen2-base", tokenizer="char", lr=4e-3, max_steps=6000)
 PLANS = [
@@ -132,9 +138,9 @@ PLANS = [
     # on from a shipped agent, which gains ~0.2 in 25 steps: checked every 5 steps from the start, at a lower lr
     # (llama-bpe at 3e-3 swung between 0.43 and 0.70 from one check to the next)
     Plan(task="add2", arch="qwen2-base", tokenizer="char", lr=1e-3, targets={"add2-qwen-high": 0.85},
-         stream=("curriculum", 0.8), init="qwen2-char", eval_every=5),
+         stream=("curriculum", 0.8), init="qwen2-char", eval_every=5, fine_every=2),
     Plan(task="add2", arch="llama-base", tokenizer="bpe", lr=1e-3, targets={"add2-llama-eq": 0.63},
-         stream=("curriculum", 0.8), init="llama-bpe", eval_every=5),
+         stream=("curriculum", 0.8), init="llama-bpe", eval_every=5, fine_every=2),
     Plan(task="add2", arch="qwen2-base", tokenizer="char", lr=4e-3, targets={"add2-low-a": 0.15},
          stream=("curriculum", 0.8), seed=2),
     Plan(task="add2", arch="qwen2-base", tokenizer="char", lr=4e-3, targets={"add2-low-b": 0.15},
