@@ -40,24 +40,25 @@ Generation budgets: ``add2-trace`` needs 20 tokens at most (``9+9=18,9+9+1=19>19
 ``mixed`` 4 (``-99`` or ``198`` + EOS).
 
 Measured here (2026-12-04, ``torch.backends.cpu.get_cpu_capability()`` AVX512, one torch thread, on 2 cores
-shared with other work, so wall times vary about 2x: ``mixed-plus`` took 146 s and 57 s in two runs): held-out
-greedy accuracy on 1000 test problems, and the plan's wall time with its checks and the final measurement.
+shared with other work, so wall times vary about 2x: ``mixed-plus`` took 146 s and 57 s in two runs of one
+earlier version): held-out greedy accuracy on 1000 test problems, and the plan's wall time with its checks
+and the final measurement.
 
 | plan | wall | snapshots: steps, test accuracy |
 |---|---|---|
-| trace-f | 91 s | weak 170, 0.375 (consistency 0.374); strong 276, 0.677 (0.675) |
+| trace-f | 82 s | weak 186, 0.367 (consistency 0.362); strong 266, 0.708 (0.707) |
 | trace-c0 | 69 s | weak 150, 0.386 (0.386); strong 198, 0.669 (0.668) |
 | trace-c1 | 63 s | weak 318, 0.300 (consistency 0.000); strong 516, 0.628 (0.000) |
-| mixed-plus | 57 s | 914, 0.354 ("+" 0.651, "-" 0.009) |
-| mixed-minus | 270 s | weak 4104, 0.297 ("+" 0.007, "-" 0.634); 4234, 0.329 ("+" 0.006, "-" 0.706) |
-| mixed-plus80 | 430 s | 3406, 0.556 ("+" 0.875, "-" 0.184); checks every 2 steps within 0.2 then, now every 5 within 0.1 |
+| mixed-plus | 117 s | 1755, 0.347 ("+" 0.638, "-" 0.009) |
+| mixed-minus | 270 s (a) | weak 4104, 0.297 ("+" 0.007, "-" 0.634); 4234, 0.329 ("+" 0.006, "-" 0.706) |
+| mixed-plus80 | 430 s (a) | 3406, 0.556 ("+" 0.875, "-" 0.184) |
+| mixed-gen-a | 386 s (a) | 3000, 0.347 ("+" 0.470, "-" 0.203) |
 | add2-qwen-high | 14 s | 136, 0.842 |
 | add2-llama-eq | 2 s | 24, 0.593 |
-| add2-low-a | 27 s | 298, 0.152 |
+| add2-low-a, add2-low-b | 21 s, 94 s | 295, 0.151; 784, 0.148 |
 
-trace-f, mixed-plus and add2-low-a ran before the validation problems were left out of the warm start's
-stream (their trajectories differ now); the others as the plans stand, up to the finer-check settings. Not run
-yet: mixed-gen-a, mixed-gen-b, add2-low-b.
+(a) With the finer checks then every 2 steps within 0.2 of a target (now every 5 within 0.1): mostly checking,
+so these times overstate. Not run yet: mixed-gen-b (like mixed-gen-a, another init).
 
 Every agent directory gets ``model.safetensors`` (float32), the tokenizer files and a ``manifest.json``: task,
 arch, tokenizer, init, stream and warm-start settings, target, steps, held-out greedy accuracy overall (and per
