@@ -53,12 +53,13 @@ and the final measurement.
 | mixed-minus | 270 s (a) | weak 4104, 0.297 ("+" 0.007, "-" 0.634); 4234, 0.329 ("+" 0.006, "-" 0.706) |
 | mixed-plus80 | 430 s (a) | 3406, 0.556 ("+" 0.875, "-" 0.184) |
 | mixed-gen-a | 386 s (a) | 3000, 0.347 ("+" 0.470, "-" 0.203) |
+| mixed-gen-b | 140 s | 2395, 0.356 ("+" 0.472, "-" 0.221) |
 | add2-qwen-high | 14 s | 136, 0.842 |
 | add2-llama-eq | 2 s | 24, 0.593 |
 | add2-low-a, add2-low-b | 21 s, 94 s | 295, 0.151; 784, 0.148 |
 
 (a) With the finer checks then every 2 steps within 0.2 of a target (now every 5 within 0.1): mostly checking,
-so these times overstate. Not run yet: mixed-gen-b (like mixed-gen-a, another init).
+so these times overstate. Every plan has run once; all 16 agents: about 30 minutes of one thread.
 
 Every agent directory gets ``model.safetensors`` (float32), the tokenizer files and a ``manifest.json``: task,
 arch, tokenizer, init, stream and warm-start settings, target, steps, held-out greedy accuracy overall (and per
