@@ -12,7 +12,10 @@
 - :func:`greedy_accuracy`: batched, left-padded greedy evaluation on a task's held-out problems.
 - :func:`tiny_agent_path` and :data:`TINY_PAIRS`: the warm-started agents shipped in
   ``hacrl/assets/tiny/`` (made by ``scripts/make_tiny_agents.py``), one pair per kind of
-  heterogeneity in the paper: *state*, *size* and *model*.
+  heterogeneity in the paper: *state*, *size* and *model*; and the mechanism study's agents, generated
+  into :func:`tiny_cache_dir` by ``scripts/make_mechanism_agents.py`` (never shipped), from the streams
+  :func:`corrupted_trace_stream` (``add2-trace`` with its traces' digits redrawn at a rate ρ,
+  :func:`corrupt_trace`) and :func:`operator_stream` (``mixed`` with a set share of one operator).
 
 The tiny models use a plain template, no chat template: the prompt text, then the answer, then EOS.
 Tokenize prompt and answer separately (``add_special_tokens=False``) and concatenate; for these
@@ -29,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import pathlib
 import random
 import string
@@ -56,9 +60,13 @@ __all__ = [
     "build_bpe_tokenizer",
     "build_char_tokenizer",
     "build_model",
+    "corrupt_trace",
+    "corrupted_trace_stream",
     "greedy_accuracy",
     "generate_greedy",
+    "operator_stream",
     "tiny_agent_path",
+    "tiny_cache_dir",
     "warm_start",
     "zero_digit_curriculum",
 ]
@@ -75,15 +83,30 @@ TINY_PAIRS: dict[str, tuple[str, str]] = {
 }
 
 
+MECHANISM_SCRIPT = "scripts/make_mechanism_agents.py"
+
+
+def tiny_cache_dir() -> pathlib.Path:
+    """Where generated (not shipped) tiny agents live: ``$HACRL_CACHE/tiny``, ``$HACRL_CACHE`` defaulting to
+    ``~/.cache/hacrl`` (as the converted models' ``hacrl.agents.gguf.cache_dir``)."""
+    return pathlib.Path(os.environ.get("HACRL_CACHE") or "~/.cache/hacrl").expanduser() / "tiny"
+
+
 def tiny_agent_path(name: str) -> pathlib.Path:
-    """The directory of the shipped tiny agent ``name`` (loadable with ``from_pretrained``)."""
+    """The directory of the tiny agent ``name`` (loadable with ``from_pretrained``): a shipped one in
+    ``hacrl/assets/tiny/``, else one generated into :func:`tiny_cache_dir` (the mechanism study's agents, made
+    by ``scripts/make_mechanism_agents.py``). Neither: a one-line ``FileNotFoundError`` that says how to make it."""
     root = resources.files("hacrl") / "assets" / "tiny"
     path = pathlib.Path(str(root / name))
-    if not (path / "config.json").is_file():
-        names = sorted(p.parent.name for p in pathlib.Path(str(root)).glob("*/config.json"))
-        raise FileNotFoundError(f"no tiny agent {name!r} in {root}; shipped: {names or '(none)'} "
-                                "(make them with scripts/make_tiny_agents.py)")
-    return path
+    if (path / "config.json").is_file():
+        return path
+    cached = tiny_cache_dir() / name
+    if name and "/" not in name and (cached / "config.json").is_file():
+        return cached
+    names = sorted(p.parent.name for p in pathlib.Path(str(root)).glob("*/config.json"))
+    raise FileNotFoundError(f"no tiny agent {name!r}: not shipped in {root} (shipped: {names or '(none)'}; made by "
+                            f"scripts/make_tiny_agents.py) nor made in {cached.parent}; make it with "
+                            f"`python {MECHANISM_SCRIPT} --only {name}`")
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -254,6 +277,54 @@ def zero_digit_curriculum(task: Task, seed: int, *, boost: float = 0.5) -> Itera
     for p in task.train_problems(seed):
         if p.meta["a"] % 10 == 0 or p.meta["b"] % 10 == 0 or rng.random() >= boost:
             yield p
+
+
+def corrupt_trace(answer: str, rho: float, key: str) -> str:
+    """A worked answer (``add2-trace``'s ``"7+5=12,0+8+1=9>92"``) whose digits before the last ``>`` are each
+    replaced, with probability ``rho``, by a uniform random digit; everything else (the symbols, and the
+    final number after ``>``) is left as it is, so the reward still reads the right sum. Deterministic: the
+    draws are seeded by ``key`` (a problem id, say), so one problem always gets the same corruption.
+
+    >>> corrupt_trace("7+5=12,0+8+1=9>92", 0.0, "add2-trace/07+85")
+    '7+5=12,0+8+1=9>92'
+    >>> bad = corrupt_trace("7+5=12,0+8+1=9>92", 1.0, "add2-trace/07+85")
+    >>> bad.rsplit(">", 1)[1], [c for c in bad if not c.isdigit()] == list("+=,++=>")
+    ('92', True)
+    >>> bad == corrupt_trace("7+5=12,0+8+1=9>92", 1.0, "add2-trace/07+85")
+    True
+    """
+    if ">" not in answer:
+        raise ValueError(f"not a worked answer (no '>'): {answer!r}")
+    trace, final = answer.rsplit(">", 1)
+    rng = random.Random(f"corrupt/{key}")
+    # two draws per character whatever rho is, so the draws of one problem do not depend on rho
+    out = [str(d) if c.isdigit() and u < rho else c
+           for c, u, d in ((c, rng.random(), rng.randrange(10)) for c in trace)]
+    return "".join(out) + ">" + final
+
+
+def corrupted_trace_stream(task: Task, seed: int, rho: float, *, boost: float = 0.0) -> Iterator[Problem]:
+    """``task``'s training stream (``add2-trace``; with ``boost`` > 0, :func:`zero_digit_curriculum`'s) with every
+    answer's trace corrupted by :func:`corrupt_trace` at ``rho``, seeded by the problem's id (``rho`` 0: the
+    faithful stream)."""
+    stream = zero_digit_curriculum(task, seed, boost=boost) if boost > 0 else task.train_problems(seed)
+    for p in stream:
+        yield Problem(id=p.id, prompt=p.prompt, answer=corrupt_trace(p.answer, rho, p.id), meta=p.meta)
+
+
+def operator_stream(task: Task, seed: int, op: str, share: float, *, boost: float = 0.0) -> Iterator[Problem]:
+    """A training stream of ``task`` (``mixed``) in which each problem has the operator ``op`` with probability
+    ``share`` and another operator otherwise (``share`` 1: ``op`` only; 0.5 on ``mixed``: about the plain
+    stream's mix), drawn from :func:`zero_digit_curriculum`'s stream at ``boost`` (0: the plain one). Needs
+    ``meta["op"]``. Deterministic given ``seed``, ``op``, ``share`` and ``boost``."""
+    rng = random.Random(f"operators/{seed}/{op}/{share}")
+    stream = zero_digit_curriculum(task, seed, boost=boost) if boost > 0 else task.train_problems(seed)
+    while True:
+        want_own = rng.random() < share
+        p = next(stream)
+        while (p.meta["op"] == op) != want_own:
+            p = next(stream)
+        yield p
 
 
 def warm_start(

@@ -1,0 +1,283 @@
+"""The mechanism study's analysis (issue #45, ``/work/shared/mechanism-study.md`` §5-§6): what the report does not
+measure, read back from finished ``hacrl compare`` directories (no training).
+
+Per cell (a comparison directory), agent and arm, means over seeds at the last evaluation:
+
+- ``acc``: held-out greedy accuracy (eval_problems.jsonl; the report's number);
+- ``acc +`` / ``acc -``: the same per operator on ``mixed``, the operator read from the problem id
+  (``mixed/85-07``: "-"), and each arm's per-operator Δ against gspo2x (paired by seed);
+- ``consistent``: on ``add2-trace``, the share of the kept greedy texts (``trainer.eval_texts``; the first N
+  held-out problems) whose trace is arithmetically right throughout (:func:`hacrl.data.tasks.trace_consistent`:
+  operands are the prompt's digits, each column sum and carry right, the number after ">" the trace's result),
+  and ``right, inconsistent``: the share whose final answer is right but whose trace is not;
+- ``rescue@1``: the agent's rescue share before training, ``agent/<a>/rescue/<b>`` at step 1 in metrics.jsonl
+  (the share of step 1's prompts where it wrote no correct answer and its partner wrote one), mean over the arm's
+  runs; ``pair rescue``: its mean over the arms that share answers (at step 1 they hold the same models), the x of
+  the rescue picture;
+- ``in window``: the mean over steps of ``agent/<a>/cross/in_window_frac`` (its cross answers inside the window);
+- ``Δ gspo2x``: the final accuracy minus gspo2x's, with its 95% interval, from the comparison's summary.json.
+
+Two pictures (``--plots DIR``): ``delta_vs_rescue.png``, each agent's Δ vs gspo2x against its rescue share, one
+colour per arm, over every directory given; ``delta_vs_rho.png``, for cells named ``<pair>-rho<ρ>`` (E2:
+``p1-rho0``, ``p1-rho1``), Δ vs gspo2x against ρ per arm and agent, above the arms' in-window share.
+
+    python bench/mechanism.py results/mechanism/sym-1.0 results/mechanism/asym ... [--plots DIR] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from hacrl.data.tasks import final_number, trace_consistent
+from hacrl.run.sinks import is_task_record, read_jsonl, read_problem_evals
+
+BASELINE = "gspo2x"
+_KEY = re.compile(r"^(\d+)([+\-*])(\d+)$")
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vs = [v for v in values if v is not None]
+    return statistics.fmean(vs) if vs else None
+
+
+def parse_key(problem_id: str) -> tuple[int, str, int] | None:
+    """``"mixed/85-07"`` → (85, "-", 7); None for an id that is not a binary arithmetic problem.
+
+    >>> parse_key("mixed/85-07"), parse_key("add2-trace/07+85"), parse_key("gsm8k/12")
+    ((85, '-', 7), (7, '+', 85), None)
+    """
+    m = _KEY.match(problem_id.rsplit("/", 1)[-1])
+    return (int(m.group(1)), m.group(2), int(m.group(3))) if m else None
+
+
+def accuracy_by_operator(record: dict[str, Any]) -> dict[str, float]:
+    """Greedy accuracy per operator of one eval_problems.jsonl record (``ids``, ``reward``).
+
+    >>> accuracy_by_operator({"ids": ["mixed/85-07", "mixed/10+02", "mixed/07-85"], "reward": [1.0, 1.0, 0.0]})
+    {'+': 1.0, '-': 0.5}
+    """
+    hits: dict[str, list[float]] = {}
+    for pid, r in zip(record["ids"], record["reward"]):
+        key = parse_key(pid)
+        if key is not None:
+            hits.setdefault(key[1], []).append(float(r))
+    return {op: sum(v) / len(v) for op, v in sorted(hits.items())}
+
+
+def trace_measures(record: dict[str, Any]) -> dict[str, float] | None:
+    """On a traced task, over the record's kept greedy texts (the first ``len(texts)`` ids): ``consistent``, the
+    share right throughout, and ``right_inconsistent``, the share with the right sum after ">" but a wrong
+    trace; None without texts.
+
+    >>> trace_measures({"ids": ["add2-trace/07+85", "add2-trace/31+42"], "reward": [1.0, 1.0],
+    ...                 "texts": ["7+5=12,0+8+1=9>92", "9+9=11,0+0+0=0>73"]})
+    {'consistent': 0.5, 'right_inconsistent': 0.5, 'n': 2}
+    """
+    texts = record.get("texts") or []
+    if not texts or not all(pid.startswith("add2-trace/") for pid in record["ids"][: len(texts)]):
+        return None
+    consistent = right_bad = 0
+    for pid, text in zip(record["ids"], texts):
+        a, _, b = parse_key(pid)  # type: ignore[misc]
+        ok = trace_consistent(text, a, b)
+        consistent += ok
+        right_bad += (not ok) and final_number(text) == str(a + b)
+    return {"consistent": consistent / len(texts), "right_inconsistent": right_bad / len(texts), "n": len(texts)}
+
+
+def run_measures(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """agent → its measures in one run: ``start`` and ``final`` (each ``acc``, ``by_op``, ``trace`` from the
+    first and last task evaluation), ``rescue`` (step 1) and ``in_window`` (mean over steps)."""
+    records = [r for r in read_problem_evals(run_dir) if is_task_record(r)]
+    out: dict[str, dict[str, Any]] = {}
+    for agent in dict.fromkeys(r["agent"] for r in records):
+        mine = sorted((r for r in records if r["agent"] == agent), key=lambda r: r["step"])
+        m: dict[str, Any] = {}
+        for label, rec in (("start", mine[0]), ("final", mine[-1])):
+            m[label] = {"step": rec["step"], "acc": sum(rec["reward"]) / max(len(rec["reward"]), 1),
+                        "by_op": accuracy_by_operator(rec), "trace": trace_measures(rec)}
+        out[agent] = m
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r]
+    for agent, m in out.items():
+        first = next((r for r in rows if r["step"] == 1), {})
+        m["rescue"] = _mean(v for k, v in first.items() if k.startswith(f"agent/{agent}/rescue/"))
+        m["in_window"] = _mean(r.get(f"agent/{agent}/cross/in_window_frac") for r in rows)
+    return out
+
+
+def _run_dir(comparison: Path, run: dict[str, Any]) -> Path:
+    """A run's directory: ``<comparison>/runs/<algo>/seed-<n>`` (where compare writes it), else summary's path."""
+    local = comparison / "runs" / run["algorithm"] / f"seed-{run['seed']}"
+    return local if local.is_dir() else Path(run["dir"])
+
+
+def cell_rows(comparison: Path) -> list[dict[str, Any]]:
+    """One row per (agent, arm) of a comparison directory: means over seeds, and Δ against gspo2x."""
+    summary = json.loads((comparison / "summary.json").read_text())
+    runs: dict[str, dict[int, dict]] = {}
+    for run in summary["runs"]:
+        d = _run_dir(comparison, run)
+        if d.is_dir():
+            runs.setdefault(run["algorithm"], {})[int(run["seed"])] = run_measures(d)
+    rows = []
+    for agent in summary["agents"]:
+        for algo in summary["algorithms"]:
+            by_seed = {s: m[agent] for s, m in runs.get(algo, {}).items() if agent in m}
+            if not by_seed:
+                continue
+            base = {s: m[agent] for s, m in runs.get(BASELINE, {}).items() if agent in m}
+            final = [m["final"] for m in by_seed.values()]
+            ops = sorted({op for f in final for op in f["by_op"]})
+            row: dict[str, Any] = {
+                "cell": comparison.name, "agent": agent, "algorithm": algo, "seeds": len(by_seed),
+                "start": _mean(m["start"]["acc"] for m in by_seed.values()),
+                "acc": _mean(f["acc"] for f in final),
+                "by_op": {op: _mean(f["by_op"].get(op) for f in final) for op in ops} if len(ops) > 1 else None,
+                "rescue": _mean(m["rescue"] for m in by_seed.values()),
+                "in_window": _mean(m["in_window"] for m in by_seed.values()),
+            }
+            traces = [f["trace"] for f in final if f["trace"]]
+            if traces:
+                row["consistent"] = _mean(t["consistent"] for t in traces)
+                row["right_inconsistent"] = _mean(t["right_inconsistent"] for t in traces)
+            paired = sorted(set(by_seed) & set(base))
+            if algo != BASELINE and paired and len(ops) > 1:
+                row["by_op_delta"] = {op: _mean(by_seed[s]["final"]["by_op"].get(op, 0.0)
+                                                - base[s]["final"]["by_op"].get(op, 0.0) for s in paired)
+                                      for op in ops}
+            if algo != BASELINE and paired and traces \
+                    and all(base[s]["final"]["trace"] and by_seed[s]["final"]["trace"] for s in paired):
+                row["consistent_delta"] = _mean(by_seed[s]["final"]["trace"]["consistent"]
+                                                - base[s]["final"]["trace"]["consistent"] for s in paired)
+            vs = summary.get("results", {}).get(agent, {}).get(algo, {}).get("vs", {}).get(BASELINE)
+            if vs:
+                interval = vs.get("interval") or {}
+                row["delta"] = vs["mean"]
+                row["delta_lo"], row["delta_hi"] = interval.get("lo"), interval.get("hi")
+            rows.append(row)
+    for agent in summary["agents"]:  # the pair's rescue: step 1 of the arms that share answers (the same models)
+        mine = [r for r in rows if r["agent"] == agent and r["rescue"] is not None]
+        shared = [r for r in mine if _shares(r["algorithm"])] or mine
+        pair = _mean(r["rescue"] for r in shared)
+        for r in mine:
+            r["pair_rescue"] = pair
+    return rows
+
+
+def _shares(algorithm: str) -> bool:
+    """Whether an arm's learners see the partner's answers (an arm not registered here counts as sharing)."""
+    from hacrl.learner.algorithms import ALGORITHMS
+
+    try:
+        return ALGORITHMS.get(algorithm.split("@")[0]).shares_pool
+    except KeyError:
+        return True
+
+
+def rho_of(cell: str) -> tuple[str, float] | None:
+    """``"p1-rho0.5"`` → ("p1", 0.5): an E2 cell's pair and ρ, from its directory name; None otherwise.
+
+    >>> rho_of("p1-rho1"), rho_of("p2-rho0.5"), rho_of("sym-1.0")
+    (('p1', 1.0), ('p2', 0.5), None)
+    """
+    m = re.fullmatch(r"(.+)-rho(\d+(?:\.\d+)?)", cell)
+    return (m.group(1), float(m.group(2))) if m else None
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, dict):
+        return " ".join(f"{k} {_fmt(x)}" for k, x in v.items()) or "–"
+    return f"{v:+.3f}" if isinstance(v, float) and v < 0 else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    cols = [("cell", "cell"), ("agent", "agent"), ("arm", "algorithm"), ("seeds", "seeds"), ("start", "start"),
+            ("acc", "acc"), ("acc by op", "by_op"), ("Δ by op vs gspo2x", "by_op_delta"),
+            ("consistent", "consistent"), ("right, inconsistent", "right_inconsistent"),
+            ("Δ consistent", "consistent_delta"), ("rescue@1", "rescue"), ("pair rescue", "pair_rescue"),
+            ("in window", "in_window"),
+            ("Δ gspo2x", "delta"), ("95% interval", None)]
+    lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = [_fmt(r.get(k)) if k else (f"[{_fmt(r.get('delta_lo'))}, {_fmt(r.get('delta_hi'))}]"
+                                           if r.get("delta_lo") is not None else "–") for _, k in cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """The two pictures; returns the files written (the ρ picture only when some cell is named ``*-rho<ρ>``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    algos = list(dict.fromkeys(r["algorithm"] for r in rows if "delta" in r))
+    colour = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(algos)}
+    written = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for a in algos:
+        pts = [r for r in rows if r["algorithm"] == a and r.get("delta") is not None and r.get("pair_rescue") is not None]
+        ax.scatter([r["pair_rescue"] for r in pts], [r["delta"] for r in pts], color=colour[a], label=a, s=24)
+        for r in pts:
+            if r.get("delta_lo") is not None:
+                ax.plot([r["pair_rescue"]] * 2, [r["delta_lo"], r["delta_hi"]], color=colour[a], lw=0.8, alpha=0.6)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xlabel="rescue share before training (agent/<a>/rescue/<b>, step 1)",
+           ylabel="Δ final accuracy vs gspo2x", title="Who gains: Δ vs gspo2x against rescue (one point per cell, agent)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(out / "delta_vs_rescue.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    e2 = [(rho_of(r["cell"]), r) for r in rows if rho_of(r["cell"]) and r.get("delta") is not None]
+    if e2:
+        pairs = sorted({(p, r["agent"]) for (p, _), r in e2})
+        fig, axes = plt.subplots(2, len(pairs), figsize=(4 * len(pairs), 6), sharex=True, squeeze=False)
+        for j, (pair, agent) in enumerate(pairs):
+            for a in algos:
+                pts = sorted((rho, r) for (p, rho), r in e2 if p == pair and r["agent"] == agent and r["algorithm"] == a)
+                if not pts:
+                    continue
+                axes[0][j].plot([x for x, _ in pts], [r["delta"] for _, r in pts], "o-", color=colour[a], label=a)
+                win = [(x, r["in_window"]) for x, r in pts if r.get("in_window") is not None]
+                if win:
+                    axes[1][j].plot(*zip(*win), "o-", color=colour[a], label=a)
+            axes[0][j].axhline(0, color="grey", lw=0.8)
+            axes[0][j].set(title=f"{pair}: {agent}", ylabel="Δ vs gspo2x")
+            axes[1][j].set(xlabel="ρ (partner's trace corruption)", ylabel="in-window share of cross answers")
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+        written.append(out / "delta_vs_rho.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dirs", nargs="+", type=Path, help="hacrl compare output directories (one per cell)")
+    p.add_argument("--plots", type=Path, help="write delta_vs_rescue.png (and delta_vs_rho.png) here")
+    p.add_argument("--json", type=Path, help="write the rows as JSON here")
+    a = p.parse_args(argv)
+    rows = [r for d in a.dirs for r in cell_rows(d)]
+    print(table(rows))
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1) + "\n")
+    if a.plots:
+        for f in plot(rows, a.plots):
+            print(f"wrote {f}")
+
+
+if __name__ == "__main__":
+    main()
