@@ -178,7 +178,7 @@ class _LocalLanes:
         self.stops = _Stops(self.stop_all, self.kill_all)
 
     def stop_all(self) -> None:
-        self.log("hacrl: stopping: every running run finishes its step and checkpoints (again to abort at once)")
+        """SIGTERM to every lane (from a signal handler too: no logging here)."""
         for proc in self.running.values():
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)
@@ -236,9 +236,14 @@ class _LocalLanes:
 
     def run(self) -> dict[int, RunOutcome]:
         try:
+            said = False
             with self.stops.installed():
                 while self.running or (self.waiting and not self.stops.count and not self.failure):
                     self.step()
+                    if self.stops.count and not said:
+                        said = True
+                        self.log("hacrl: stopping: every running run finishes its step and checkpoints, then "
+                                 "the same command resumes them (again to abort at once)")
         finally:
             for index, proc in self.running.items():  # an abort (second signal) or an error in the parent
                 if proc.is_alive():
@@ -311,8 +316,8 @@ def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_ste
     started: dict[int, float] = {}
     outcomes: dict[int, RunOutcome] = {}
     failure: tuple[Job, tuple[bytes | None, str]] | None = None
-    stops = _Stops(lambda: log("hacrl: stopping: cancelling every run's task (each keeps its last checkpoint)"),
-                   lambda: None)
+    cancelled = False
+    stops = _Stops(lambda: None, lambda: None)
     try:
         with stops.installed():
             while refs or (waiting and not stops.count and failure is None):
@@ -323,7 +328,9 @@ def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_ste
                         + (f" and {gpus:g} GPU{'s' if gpus != 1 else ''}" if gpus else ""))
                     started[job.index] = time.time()
                     refs[task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0).remote(job, log_steps)] = job
-                if stops.count:
+                if stops.count == 1 and not cancelled:
+                    cancelled = True
+                    log("hacrl: stopping: cancelling every run's task (each keeps its last complete checkpoint)")
                     for ref in refs:
                         ray.cancel(ref, force=True)
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
