@@ -158,3 +158,34 @@ def test_a_run_task_reserves_its_threads_and_its_agents_gpus():
     assert run_resources(plan("agents.qwen-char.device=cuda", "agents.llama-bpe.device=cuda",
                               "agents.llama-bpe.num_gpus=0.5")) == (1.0, 1.5)
     assert run_resources(plan("backend.name=ray")) == (1.0, 0.0)  # its agents' actors reserve their own
+
+
+def test_runs_that_miss_the_same_start_evaluation_at_once_write_it_whole(tmp_path):
+    # two lanes starting alike both evaluate step 0 and store it under one key: each writes its own temporary
+    # file and renames it over the entry, so the entry is always one writer's whole and no temporary is left
+    import threading
+
+    from hacrl.trainer.start_eval import Evaluation, StartCache
+
+    cache = StartCache.__new__(StartCache)
+    cache.path = tmp_path / "start-evals" / "key.json"
+    entries = [Evaluation({"eval/a/greedy_acc": w / 10}, [{"step": 0, "w": w}], [{"step": 0, "ids": [w] * 500}])
+               for w in range(4)]
+    errors: list[BaseException] = []
+
+    def write(e):
+        try:
+            for _ in range(25):
+                cache.store(e, tmp_path / "run")
+                assert cache.load() in entries
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(e,)) for e in entries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert cache.load() in entries
+    assert [p.name for p in cache.path.parent.iterdir()] == ["key.json"]
