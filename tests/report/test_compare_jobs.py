@@ -21,7 +21,7 @@ from hacrl.report.runs import mark_stopped
 SRC = Path(__file__).resolve().parents[2] / "src"
 # what differs between two comparisons of the same runs: the clock, where they are and how they were made
 VOLATILE = {"command", "created", "wall_s", "phase_s", "rollout_s", "update_s", "idle", "status", "commits",
-            "dirty", "wall_short"}
+            "dirty", "wall_short", "invocations", "resumed"}  # the last two: provenance of a resumed run
 
 
 def _comparable(summary_path: Path) -> dict:
