@@ -189,3 +189,21 @@ def test_runs_that_miss_the_same_start_evaluation_at_once_write_it_whole(tmp_pat
     assert not errors
     assert cache.load() in entries
     assert [p.name for p in cache.path.parent.iterdir()] == ["key.json"]
+
+
+@pytest.mark.model
+def test_a_lane_that_dies_stops_the_comparison_with_its_run_named(tiny_models, tmp_path, monkeypatch):  # noqa: F811
+    # every lane's process is killed (SIGKILL, as by the OOM killer) after its first update: the comparison ends
+    # with one error naming a run, writes no report, and the same call without the fault trains them all
+    from hacrl.report.parallel import JobFailed
+
+    out = tmp_path / "cmp"
+    monkeypatch.setenv("HACRL_FAILPOINT", "update@1")
+    with pytest.raises(JobFailed, match=r"seed 0 failed in its lane:\nits process ended with exit code -9"):
+        run_comparison("tiny-test", "hacpo,gspo", 1, _overrides(tiny_models), out, jobs=2, log=lambda _: None)
+    assert not (out / "summary.json").exists()
+    monkeypatch.delenv("HACRL_FAILPOINT")
+    run_comparison("tiny-test", "hacpo,gspo", 1, _overrides(tiny_models), out, jobs=2, log=lambda _: None)
+    for algo in ("hacpo", "gspo"):  # killed before its first checkpoint (restarted), or stopped by the parent
+        status, _, to_step = _invocations(out, algo, 0)[-1]
+        assert status in ("restarted", "resumed") and to_step == 2

@@ -198,13 +198,13 @@ class _LocalLanes:
         if kind == "log":
             self.log(payload)
             return
+        self.running.pop(index).join()  # first: a failed lane is not among those asked to stop
         if kind == "done":
             self.outcomes[index] = payload
         elif kind == "stopped":
             self.stopped.append(self.by_index[index])
         else:
             self._fail(self.by_index[index], payload)
-        self.running.pop(index).join()
 
     def _take(self, timeout: float) -> bool:
         try:
@@ -222,6 +222,8 @@ class _LocalLanes:
             self.started[job.index] = time.time()
             proc.start()
             self.running[job.index] = proc
+            if self.stops.count:  # a stop that came while it started
+                os.kill(proc.pid, signal.SIGTERM)
         self._take(0.5)
         for index, proc in list(self.running.items()):
             if proc.exitcode is None or index not in self.running:
@@ -230,7 +232,9 @@ class _LocalLanes:
                 pass
             if index in self.running:
                 self.running.pop(index)
-                if index not in self.killed:
+                if self.stops.count:  # stopped before its handlers were in place: nothing of it to keep
+                    self.stopped.append(self.by_index[index])
+                elif index not in self.killed:
                     why = f"its process ended with exit code {proc.exitcode} without a result (killed, out of memory?)"
                     self._fail(self.by_index[index], (None, why))
 
@@ -339,7 +343,7 @@ def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_ste
                     try:
                         kind, payload = ray.get(ref)
                     except Exception as exc:  # noqa: BLE001 - cancelled, or its worker died
-                        if stops.count:
+                        if stops.count or failure is not None:
                             mark_stopped(job.plan.run_dir, since=started[job.index])
                             continue
                         kind, payload = "error", (None, f"its Ray task failed: {exc}")
