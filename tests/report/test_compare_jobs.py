@@ -207,3 +207,34 @@ def test_a_lane_that_dies_stops_the_comparison_with_its_run_named(tiny_models, t
     for algo in ("hacpo", "gspo"):  # killed before its first checkpoint (restarted), or stopped by the parent
         status, _, to_step = _invocations(out, algo, 0)[-1]
         assert status in ("restarted", "resumed") and to_step == 2
+
+
+@pytest.mark.model
+def test_dry_run_lays_out_the_lanes_and_a_second_signal_aborts_at_once(tiny_models, tmp_path):  # noqa: F811
+    out = tmp_path / "cmp"
+    lines: list[str] = []
+    run_comparison("tiny-test", "hacpo,gspo", 2, _overrides(tiny_models), out, jobs=2, dry_run=True,
+                   log=lines.append)
+    assert lines[1].startswith("lanes: 2 of the 4 runs to train at a time, in their own processes at 1 torch")
+    assert not out.exists()
+    argv = [sys.executable, "-m", "hacrl.cli", "compare", "--preset", "tiny-test", "--algos", "hacpo,gspo",
+            "--seeds", "2", "--jobs", "2", "--output", str(out)]
+    for o in _overrides(tiny_models):
+        argv += ["--set", o]
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    seen = []
+    for line in proc.stdout:  # Ctrl-C twice: the lanes are killed without finishing their step
+        seen.append(line)
+        if "step 1/2" in line:
+            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGINT)
+            break
+    seen += proc.stdout.readlines()
+    assert proc.wait(timeout=120) == 130, "".join(seen)
+    records = list(out.glob("runs/*/seed-*/compare.json"))
+    assert records, "".join(seen)
+    for path in records:  # killed or stopped, each reads "stopped" and keeps its last complete checkpoint
+        assert json.loads(path.read_text())["invocations"][-1]["status"] == "stopped"
+    resumed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
