@@ -238,3 +238,38 @@ def test_dry_run_lays_out_the_lanes_and_a_second_signal_aborts_at_once(tiny_mode
         assert json.loads(path.read_text())["invocations"][-1]["status"] == "stopped"
     resumed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+
+@pytest.mark.model
+def test_a_stopped_ray_comparison_stops_its_tasks_at_a_step_and_resumes(tiny_models, tmp_path):  # noqa: F811
+    # SIGTERM to the driver once a run has logged a step: each task is cancelled gently (its trainer's SIGINT
+    # handler), checkpoints, records "stopped"; the same call resumes the runs to the end
+    import threading
+
+    ray = pytest.importorskip("ray")
+    out = tmp_path / "cmp"
+    overrides = [o for o in _overrides(tiny_models) if not o.startswith("trainer.steps")] + ["trainer.steps=6"]
+
+    def stop_at_first_step():
+        while not list(out.glob("runs/*/seed-*/compare.json")):
+            threading.Event().wait(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    try:
+        threading.Thread(target=stop_at_first_step, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_comparison("tiny-test", "hacpo,gspo", 1, overrides, out, jobs=2, jobs_backend="ray",
+                           log=lambda _: None)
+        records = list(out.glob("runs/*/seed-*/compare.json"))
+        assert records
+        for path in records:
+            status, _, to_step = _invocations(out, path.parent.parent.name, 0)[-1]
+            assert status == "stopped" and to_step < 6
+        run_comparison("tiny-test", "hacpo,gspo", 1, overrides, out, jobs=2, jobs_backend="ray",
+                       log=lambda _: None)
+    finally:
+        ray.shutdown()
+    assert (out / "summary.json").exists()
+    for algo in ("hacpo", "gspo"):
+        assert _invocations(out, algo, 0)[-1][2] == 6

@@ -304,8 +304,10 @@ def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_ste
             address: str | None) -> dict[int, RunOutcome]:
     """Train ``jobs`` as Ray tasks, at most ``lanes`` in flight, each reserving :func:`run_resources`. Joins
     the cluster at ``address`` (a local instance without one; the one already started in this process if
-    any). The first SIGINT/SIGTERM cancels the tasks (each gets a KeyboardInterrupt: killed at once, leaving
-    its last complete checkpoint) and raises KeyboardInterrupt."""
+    any). The first SIGINT/SIGTERM cancels the tasks gently (Ray calls the task's SIGINT handler: a run in
+    training finishes its step, checkpoints and records ``stopped``; one still loading stops at once), the
+    second kills them (each keeps its last complete checkpoint, its record marked ``stopped``); then
+    KeyboardInterrupt."""
     try:
         import ray
     except ImportError:
@@ -321,7 +323,13 @@ def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_ste
     outcomes: dict[int, RunOutcome] = {}
     failure: tuple[Job, tuple[bytes | None, str]] | None = None
     cancelled = False
-    stops = _Stops(lambda: None, lambda: None)
+
+    def kill_all() -> None:
+        for ref, job in refs.items():
+            ray.cancel(ref, force=True)
+            mark_stopped(job.plan.run_dir, since=started[job.index])
+
+    stops = _Stops(lambda: None, kill_all)
     try:
         with stops.installed():
             while refs or (waiting and not stops.count and failure is None):
@@ -334,9 +342,10 @@ def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_ste
                     refs[task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0).remote(job, log_steps)] = job
                 if stops.count == 1 and not cancelled:
                     cancelled = True
-                    log("hacrl: stopping: cancelling every run's task (each keeps its last complete checkpoint)")
+                    log("hacrl: stopping: every run's task finishes its step and checkpoints, then the same "
+                        "command resumes them (again to abort at once)")
                     for ref in refs:
-                        ray.cancel(ref, force=True)
+                        ray.cancel(ref, force=False)  # the trainer's SIGINT handler: a stop at the step's end
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
                 for ref in ready:
                     job = refs.pop(ref)
