@@ -254,7 +254,8 @@ def run_comparison(
     if report_only:
         plans = finished_only(plans, algos, output_dir, log)
     start = time.perf_counter()
-    if jobs > 1 and todo:
+    in_lanes = jobs > 1 and todo > 0 and not report_only
+    if in_lanes:
         outcomes = _run_in_lanes(plans, jobs, jobs_backend, base.backend.address, log, log_steps)
     else:
         outcomes = []
@@ -262,7 +263,7 @@ def run_comparison(
             outcomes.append(execute_run(plan, f"[{i}/{len(plans)}] {plan.algo} seed {plan.seed}", log, log_steps))
             if keep_checkpoints == "none":
                 _remove_checkpoints(plan, log)
-    if jobs > 1 and todo and keep_checkpoints == "none":
+    if in_lanes and keep_checkpoints == "none":
         for plan in plans:
             _remove_checkpoints(plan, log)
     wall = time.perf_counter() - start
