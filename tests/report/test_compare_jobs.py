@@ -273,3 +273,17 @@ def test_a_stopped_ray_comparison_stops_its_tasks_at_a_step_and_resumes(tiny_mod
     assert (out / "summary.json").exists()
     for algo in ("hacpo", "gspo"):
         assert _invocations(out, algo, 0)[-1][2] == 6
+
+
+@pytest.mark.model
+def test_lanes_remove_the_checkpoints_of_finished_runs_when_asked(tiny_models, tmp_path):  # noqa: F811
+    out = tmp_path / "cmp"
+    run_comparison("tiny-test", "hacpo,gspo", 1, _overrides(tiny_models), out, jobs=2, keep_checkpoints="none",
+                   log=lambda _: None)
+    for algo in ("hacpo", "gspo"):
+        run = out / "runs" / algo / "seed-0"
+        assert not (run / "checkpoints").exists()
+        assert json.loads((run / "compare.json").read_text())["checkpoints_removed"] is True
+    lines: list[str] = []
+    run_comparison("tiny-test", "hacpo,gspo", 1, _overrides(tiny_models), out, jobs=2, log=lines.append)
+    assert sum("reused" in line for line in lines) == 2 and not any(line.startswith("lanes") for line in lines)
