@@ -1,7 +1,8 @@
 """``hacrl compare``: argument parsing and printing for :mod:`hacrl.report.compare` (wiring only).
 
     hacrl compare [--preset NAME | --config FILE] [--algos hacpo,gspo,gspo2x] [--seeds 3]
-                  [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [--dry-run | --report-only] [-q]
+                  [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [--jobs N [--jobs-backend local|ray]]
+                  [--dry-run | --report-only] [-q]
 
 Wired into ``hacrl.cli`` with ``add_compare_parser(sub)`` and a dispatch on ``args.command == "compare"``.
 """
@@ -40,6 +41,12 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     c.add_argument("--keep-checkpoints", choices=("all", "none"), default="all",
                    help="none: delete each run's checkpoints once it is finished (metrics, evaluations and the "
                         "run record stay; the run is still reused); default all")
+    c.add_argument("--jobs", type=_positive, default=1, metavar="N",
+                   help="train N runs at a time, each in its own process at trainer.threads = cores // N (unless "
+                        "--set trainer.threads= says otherwise), into the same output and records; default 1")
+    c.add_argument("--jobs-backend", choices=("local", "ray"), default="local",
+                   help="ray: each run a Ray task reserving its CPUs (trainer.threads) and its agents' GPUs, on the "
+                        "cluster at backend.address (a local Ray instance without one); default local processes")
     c.add_argument("--dry-run", action="store_true",
                    help="say what each run would do (reuse, resume, train) and the time left; train nothing")
     c.add_argument("--report-only", action="store_true",
@@ -47,6 +54,16 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                         "others are named and left out: a report while other runs of the comparison train)")
     c.add_argument("-q", "--quiet", action="store_true", help="no per-step lines, only one line per run")
     return c
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of runs at a time, 1 or more")
+    return value
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -78,7 +95,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                 command=command, baselines=args.baselines,
                                 keep_checkpoints=args.keep_checkpoints, dry_run=args.dry_run,
                                 report_only=args.report_only,
-                                config_path=args.config)
+                                config_path=args.config, jobs=args.jobs, jobs_backend=args.jobs_backend)
     except KeyboardInterrupt:
         print("hacrl: interrupted; run the same command again to resume (finished runs are reused)",
               file=sys.stderr)

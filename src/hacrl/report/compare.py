@@ -33,6 +33,7 @@ from typing import Any
 from hacrl.config import Config, ConfigError, derive, load_config
 from hacrl.errors import InputError
 from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.report.parallel import JOBS_BACKENDS, Job, lane_threads, lanes_line, run_jobs
 from hacrl.report.plots import write_plots
 from hacrl.report.render import render_report
 from hacrl.report.runs import (
@@ -176,6 +177,8 @@ def run_comparison(
     dry_run: bool = False,
     report_only: bool = False,
     config_path: str | Path | None = None,
+    jobs: int = 1,
+    jobs_backend: str = "local",
 ) -> Path | None:
     """Train (or reuse) every algorithm × seed and write ``report.md``, ``summary.json`` and ``plots/``.
 
@@ -189,6 +192,10 @@ def run_comparison(
     ``report_only``: the report from the finished runs among those selected, training nothing; the others are
     logged as left out (each algorithm needs one finished run; the paired statistics use the seeds both sides of
     a pair finished).
+    ``jobs``: the runs to train go ``jobs`` at a time, each in its own process (``jobs_backend="local"``) or
+    Ray task (``"ray"``, on the cluster at ``backend.address``), into the same directories and records as one
+    at a time (:mod:`hacrl.report.parallel`); each local lane gets ``trainer.threads`` = cores // jobs unless
+    ``overrides`` set it.
     Returns the path of report.md. Raises ConfigError (one line) on bad input before any training.
     """
     if keep_checkpoints not in KEEP_CHECKPOINTS:
@@ -209,7 +216,13 @@ def run_comparison(
     config_path = Path(config_path) if config_path is not None else path
     output_dir = Path(output_dir)
     base = load_config(preset, config_path, overrides)
-    configs = _run_configs(preset, config_path, overrides, algos, seed_list)
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: give 1 or more runs to train at a time")
+    if jobs_backend not in JOBS_BACKENDS:
+        raise ConfigError(f"--jobs-backend must be one of {', '.join(JOBS_BACKENDS)}, got {jobs_backend!r}")
+    threads = _lane_threads(overrides, jobs, jobs_backend)
+    lane = [f"trainer.threads={threads}"] if threads else []  # the runs' own; not in the report's overrides
+    configs = _run_configs(preset, config_path, [*overrides, *lane], algos, seed_list)
     if not report_only:  # a report from finished runs needs no model (one whose package is gone still reports)
         _check_models(base)
     command = command or default_command(preset, config_path, algos, seed_list, overrides, output_dir, paired_with)
@@ -226,6 +239,9 @@ def run_comparison(
     # a run another process is training (one compare per algorithm or seed, side by side): said before anything
     # trains, not hours later when this invocation reaches it
     busy = {(p.algo, p.seed): holder for p in plans if p.action != "reuse" and (holder := lock_holder(p.run_dir))}
+    todo = sum(p.action != "reuse" for p in plans)
+    if jobs > 1 and todo and not report_only:
+        log(lanes_line(jobs, todo, threads or (plans[0].cfg.trainer.threads if plans else None), jobs_backend))
     if dry_run:
         for line in plan_lines(plans, busy):
             log(line)
@@ -238,11 +254,18 @@ def run_comparison(
     if report_only:
         plans = finished_only(plans, algos, output_dir, log)
     start = time.perf_counter()
-    outcomes = []
-    for i, plan in enumerate(plans, 1):
-        outcomes.append(execute_run(plan, f"[{i}/{len(plans)}] {plan.algo} seed {plan.seed}", log, log_steps))
-        if keep_checkpoints == "none" and remove_checkpoints(plan.run_dir):
-            log(f"    removed the checkpoints of {plan.run_dir} (--keep-checkpoints none)")
+    in_lanes = jobs > 1 and todo > 0 and not report_only
+    if in_lanes:
+        outcomes = _run_in_lanes(plans, jobs, jobs_backend, base.backend.address, log, log_steps)
+    else:
+        outcomes = []
+        for i, plan in enumerate(plans, 1):
+            outcomes.append(execute_run(plan, f"[{i}/{len(plans)}] {plan.algo} seed {plan.seed}", log, log_steps))
+            if keep_checkpoints == "none":
+                _remove_checkpoints(plan, log)
+    if in_lanes and keep_checkpoints == "none":
+        for plan in plans:
+            _remove_checkpoints(plan, log)
     wall = time.perf_counter() - start
     meta = {
         "command": command, "preset": preset, "config_path": str(config_path) if config_path else None,
@@ -252,6 +275,36 @@ def run_comparison(
     if paired_with is not None:
         meta["baselines"] = paired_with
     return write_report(base, meta, outcomes, output_dir)
+
+
+def _remove_checkpoints(plan: RunPlan, log: Callable[[str], None]) -> None:
+    if remove_checkpoints(plan.run_dir):
+        log(f"    removed the checkpoints of {plan.run_dir} (--keep-checkpoints none)")
+
+
+def _lane_threads(overrides: Sequence[str], jobs: int, jobs_backend: str) -> int | None:
+    """torch threads of each local lane: the cores // ``jobs`` (at least 1), unless ``--set trainer.threads``
+    says otherwise (None: the runs keep their config's); Ray tasks keep their config's (they reserve it)."""
+    if jobs == 1 or jobs_backend != "local" or any(o.split("=", 1)[0].strip() == "trainer.threads"
+                                                   for o in overrides):
+        return None
+    return lane_threads(jobs)
+
+
+def _run_in_lanes(plans: Sequence[RunPlan], jobs: int, backend: str, address: str | None,
+                  log: Callable[[str], None], log_steps: bool) -> list[RunOutcome]:
+    """The outcomes of ``plans`` in their order: the finished runs read here, the others trained ``jobs`` at a
+    time (:func:`hacrl.report.parallel.run_jobs`)."""
+    labels = [f"[{i}/{len(plans)}] {p.algo} seed {p.seed}" for i, p in enumerate(plans, 1)]
+    outcomes: dict[int, RunOutcome] = {}
+    lanes = []
+    for i, (plan, label) in enumerate(zip(plans, labels, strict=True)):
+        if plan.action == "reuse":
+            outcomes[i] = execute_run(plan, label, log, log_steps)
+        else:
+            lanes.append(Job(i, plan, label))
+    outcomes.update(run_jobs(lanes, jobs, log, log_steps, backend, address))
+    return [outcomes[i] for i in range(len(plans))]
 
 
 def _run_configs(preset: str | None, config_path: Path | None, overrides: list[str], algos: list[str],

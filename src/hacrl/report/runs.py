@@ -75,6 +75,25 @@ def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
     write_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2))  # via compare.json.tmp
 
 
+def mark_stopped(run_dir: Path, since: float) -> bool:
+    """A run its lane was killed in (``--jobs``, a second Ctrl-C): its record's last invocation, written after
+    ``since`` (a time stamp) and still ``cut short``, becomes ``stopped``, as a run stopped in a serial
+    comparison reads. False when there is no such record (killed before its first step)."""
+    path = run_dir / RUN_RECORD
+    try:
+        if path.stat().st_mtime < since:
+            return False
+    except OSError:
+        return False
+    record = read_record(run_dir)
+    invocations = record.get("invocations") or []
+    if not invocations or invocations[-1].get("status") != "cut short":
+        return False
+    invocations[-1]["status"] = "stopped"
+    _write_record(run_dir, record)
+    return True
+
+
 def pruned_run_steps(run_dir: Path) -> int | None:
     """The steps a finished run reached whose checkpoints ``remove_checkpoints`` deleted (its record says so
     and metrics.jsonl holds that step); None for any other directory."""

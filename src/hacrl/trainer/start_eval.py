@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,11 +101,22 @@ class StartCache:
             return None
 
     def store(self, evaluation: Evaluation, source: Path) -> None:
+        """Write the entry whole or not at all: into a temporary file of its own (unique to this writer, so
+        runs of ``hacrl compare --jobs`` or of other hosts that miss the same key at once never share one),
+        flushed to disk, then renamed over the entry; the last of equal writers wins, a reader sees one whole
+        entry or none."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"source": str(source), "metrics": evaluation.metrics,
-                                   "totals": evaluation.totals, "per_problem": evaluation.per_problem}))
-        os.replace(tmp, self.path)
+        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"source": str(source), "metrics": evaluation.metrics,
+                                    "totals": evaluation.totals, "per_problem": evaluation.per_problem}))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(name, self.path)
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
 
 
 def start_cache(cfg: Config) -> StartCache | None:
