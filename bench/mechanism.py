@@ -1,4 +1,4 @@
-"""The mechanism study's analysis (issue #45, ``/work/shared/mechanism-study.md`` §5-§6): what the report does not
+"""The mechanism study's analysis (issue #45, the project's shared notes, ``mechanism-study.md`` §5-§6): what the report does not
 measure, read back from finished ``hacrl compare`` directories (no training).
 
 Per cell (a comparison directory), agent and arm, means over seeds at the last evaluation:

@@ -1,4 +1,4 @@
-"""Build and warm-start the tiny agents of the mechanism study (issue #45, ``/work/shared/mechanism-study.md``
+"""Build and warm-start the tiny agents of the mechanism study (issue #45, the project's shared notes, ``mechanism-study.md``
 §5-§6) into the cache, where ``builtin:<name>`` finds them: ``$HACRL_CACHE/tiny/<name>`` (``$HACRL_CACHE``
 defaulting to ``~/.cache/hacrl``; see :func:`hacrl.agents.tiny.tiny_cache_dir`). They are never committed.
 
