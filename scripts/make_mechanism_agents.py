@@ -77,11 +77,9 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import json
 import logging
 import pathlib
 import platform
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -93,13 +91,13 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hacrl.agents.tiny import (
-    TINY_ARCHS,
     TOKENIZERS,
+    agent_description,
     build_model,
     corrupted_trace_stream,
     generate_greedy,
-    num_params,
     operator_stream,
+    save_agent,
     tiny_agent_path,
     tiny_cache_dir,
     warm_start,
@@ -255,14 +253,7 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
         manifest = {
             "name": name,
             "task": plan.task,
-            "model_type": model.config.model_type,
-            "arch": plan.arch,
-            "arch_kwargs": TINY_ARCHS[plan.arch][1],
-            "params": num_params(model),
-            "tokenizer": plan.tokenizer,
-            "tokenizer_class": type(tokenizer).__name__,
-            "vocab_size": len(tokenizer),
-            "dtype": "float32",
+            **agent_description(model, tokenizer, arch=plan.arch, tokenizer_name=plan.tokenizer),
             "init": f"builtin:{plan.init}" if plan.init else f"build_model({plan.arch!r}, seed={seed})",
             "warm_start": {"steps": step, "seed": seed, "lr": plan.lr, **plan.warm, "stream": list(plan.stream),
                            "curriculum_boost": plan.boost if plan.stream[0] != "curriculum" else plan.stream[1],
@@ -281,11 +272,7 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
                          "transformers": transformers.__version__, "tokenizers": tokenizers.__version__},
         }
         path = out / name
-        if path.exists():
-            shutil.rmtree(path)
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        (path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        save_agent(path, model, tokenizer, manifest)
         logger.info("saved %s: step %d, test %s", name, step, " ".join(f"{k} {v:.3f}" for k, v in acc.items()))
         manifests.append(manifest)
     return manifests

@@ -24,11 +24,9 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import json
 import logging
 import pathlib
 import platform
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,11 +36,11 @@ import torch
 import transformers
 
 from hacrl.agents.tiny import (
-    TINY_ARCHS,
     TOKENIZERS,
+    agent_description,
     build_model,
     greedy_accuracy,
-    num_params,
+    save_agent,
     warm_start,
     zero_digit_curriculum,
 )
@@ -118,14 +116,7 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
         manifest = {
             "name": name,
             "task": plan.task,
-            "model_type": model.config.model_type,
-            "arch": plan.arch,
-            "arch_kwargs": TINY_ARCHS[plan.arch][1],
-            "params": num_params(model),
-            "tokenizer": plan.tokenizer,
-            "tokenizer_class": type(tokenizer).__name__,
-            "vocab_size": len(tokenizer),
-            "dtype": "float32",
+            **agent_description(model, tokenizer, arch=plan.arch, tokenizer_name=plan.tokenizer),
             "warm_start": {"steps": step, "seed": seed, "lr": plan.lr, **plan.warm,
                            "curriculum": f"zero_digit_curriculum(boost={plan.curriculum_boost})",
                            "stop": f"val greedy acc >= {plan.targets[name]}",
@@ -140,11 +131,7 @@ def run_plan(plan: Plan, seed_offset: int, out: pathlib.Path, command: str, n_va
                          "transformers": transformers.__version__, "tokenizers": tokenizers.__version__},
         }
         path = out / name
-        if path.exists():
-            shutil.rmtree(path)
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        (path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        save_agent(path, model, tokenizer, manifest)
         for f in path.iterdir():
             f.chmod(0o644)  # save_pretrained writes the weights 0600; package data must be world-readable
         logger.info("saved %s: step %d, params %d, test greedy %.3f, T=1 %.3f", name, step, manifest["params"],

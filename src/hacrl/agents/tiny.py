@@ -244,6 +244,27 @@ def num_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def agent_description(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, *, arch: str,
+                      tokenizer_name: str) -> dict[str, Any]:
+    """What a warm-started tiny agent's manifest says of the model and its tokenizer (in this order): the
+    scripts that make them (``scripts/make_tiny_agents.py``, ``scripts/make_mechanism_agents.py``) share it."""
+    return {"model_type": model.config.model_type, "arch": arch, "arch_kwargs": TINY_ARCHS[arch][1],
+            "params": num_params(model), "tokenizer": tokenizer_name, "tokenizer_class": type(tokenizer).__name__,
+            "vocab_size": len(tokenizer), "dtype": "float32"}
+
+
+def save_agent(path: pathlib.Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
+               manifest: dict[str, Any]) -> None:
+    """Write a tiny agent to ``path`` afresh: the model, its tokenizer and ``manifest.json``."""
+    import shutil
+
+    if path.exists():
+        shutil.rmtree(path)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 # ---------------------------------------------------------------- supervised warm start
 
 
