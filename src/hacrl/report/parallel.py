@@ -22,16 +22,16 @@ import os
 import pickle
 import queue as queue_mod
 import signal
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from hacrl.config import ConfigError
 from hacrl.report.runs import RunOutcome, RunPlan, execute_run, mark_stopped
+from hacrl.run.signals import stop_signals_to
 
 logger = logging.getLogger(__name__)
 
@@ -148,15 +148,8 @@ class _Stops:
             self._second()
             raise KeyboardInterrupt
 
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        main = threading.current_thread() is threading.main_thread()
-        old = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+    def installed(self) -> AbstractContextManager[None]:
+        return stop_signals_to(self.request)
 
 
 class _LocalLanes:

@@ -20,8 +20,7 @@ import json
 import logging
 import random
 import signal
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from hacrl.rollout import SamplingParams
 from hacrl.run import checkpoint as ckpt
 from hacrl.run.files import append_lines, write_atomic
 from hacrl.run.provenance import record_provenance
+from hacrl.run.signals import stop_signals_to
 from hacrl.run.sinks import MultiSink, NullSink, eval_key, read_evals
 from hacrl.run.trackers import make_sinks, resolve_loggers
 from hacrl.trainer.async_loop import AsyncLoop, next_multiple
@@ -80,16 +80,9 @@ class StopRequests:
                        "once; the last complete checkpoint is kept)", name)
         self.requested = True
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
+    def installed(self) -> contextlib.AbstractContextManager[None]:
         """The handlers while the block runs (on the main thread only: elsewhere Python cannot install them)."""
-        handlers = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)} \
-            if threading.current_thread() is threading.main_thread() else {}
-        try:
-            yield
-        finally:
-            for s, h in handlers.items():
-                signal.signal(s, h)
+        return stop_signals_to(self.request)
 
 
 class Trainer:
