@@ -97,16 +97,21 @@ def test_two_lanes_write_the_summary_of_one(serial_and_parallel):
             assert _invocations(root / "parallel", algo, seed) == [("trained", 0, 2)]
 
 
+def _lanes_command(out, models) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of ``hacrl compare --jobs 2`` of hacpo,gspo × 2 seeds on the tiny models."""
+    argv = [sys.executable, "-m", "hacrl.cli", "compare", "--preset", "tiny-test", "--algos", "hacpo,gspo",
+            "--seeds", "2", "--jobs", "2", "--output", str(out)]
+    for o in _overrides(models):
+        argv += ["--set", o]
+    return argv, {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+
+
 @pytest.mark.model
 def test_sigterm_stops_every_lane_resumably_and_the_same_command_finishes(serial_and_parallel, tiny_models,  # noqa: F811
                                                                            tmp_path):
     root, _ = serial_and_parallel
     out = tmp_path / "cmp"
-    argv = [sys.executable, "-m", "hacrl.cli", "compare", "--preset", "tiny-test", "--algos", "hacpo,gspo",
-            "--seeds", "2", "--jobs", "2", "--output", str(out)]
-    for o in _overrides(tiny_models):
-        argv += ["--set", o]
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    argv, env = _lanes_command(out, tiny_models)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     seen = []
     for line in proc.stdout:  # the first step of a lane: then SIGTERM to the parent only (a scheduler's stop)
@@ -217,11 +222,7 @@ def test_dry_run_lays_out_the_lanes_and_a_second_signal_aborts_at_once(tiny_mode
                    log=lines.append)
     assert lines[1].startswith("lanes: 2 of the 4 runs to train at a time, in their own processes at 1 torch")
     assert not out.exists()
-    argv = [sys.executable, "-m", "hacrl.cli", "compare", "--preset", "tiny-test", "--algos", "hacpo,gspo",
-            "--seeds", "2", "--jobs", "2", "--output", str(out)]
-    for o in _overrides(tiny_models):
-        argv += ["--set", o]
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    argv, env = _lanes_command(out, tiny_models)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     seen = []
     for line in proc.stdout:  # Ctrl-C twice: the lanes are killed without finishing their step
