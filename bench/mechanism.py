@@ -22,6 +22,7 @@ colour per arm, over every directory given; ``delta_vs_rho.png``, for cells name
 ``p1-rho0``, ``p1-rho1``), Δ vs gspo2x against ρ per arm and agent, above the arms' in-window share.
 
     python bench/mechanism.py results/mechanism/sym-1.0 results/mechanism/asym ... [--plots DIR] [--json FILE]
+    python bench/mechanism.py --rules results/mechanism/*/      # the decision rules of docs/results.md §12
 """
 
 from __future__ import annotations
@@ -264,12 +265,184 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     return written
 
 
+# ---- the decision rules of docs/results.md §12, applied to summary.json (no training, no new statistics) ----
+
+MARGIN = 0.02  # the smallest difference the rules call a gain, a loss or a correction that matters
+MIN_SEEDS = 8  # the study's floor
+
+
+def verdict(vs: dict[str, Any] | None) -> str:
+    """Rules 2 and 3 on one contrast of summary.json (``mean``, the bootstrap ``interval``, ``seed_interval``):
+
+    - "gain" / "loss": |mean| ≥ 0.02 and the paired bootstrap interval excludes 0 on that side;
+    - "gain < 0.02" / "loss < 0.02": the interval excludes 0 but the mean is smaller than the rule's size;
+    - "null": the interval lies inside ±0.02; "undecided": it crosses 0 and reaches past ±0.02;
+    - a gain or loss whose seed-level interval includes 0 says so; fewer than 8 seeds says so.
+
+    >>> verdict({"mean": 0.03, "n": 10, "interval": {"lo": 0.01, "hi": 0.05}, "seed_interval": {"lo": 0.005, "hi": 0.05}})
+    'gain'
+    >>> verdict({"mean": 0.01, "n": 10, "interval": {"lo": -0.015, "hi": 0.019}})
+    'null'
+    >>> verdict({"mean": -0.01, "n": 10, "interval": {"lo": -0.03, "hi": 0.01}})
+    'undecided'
+    >>> verdict({"mean": 0.025, "n": 5, "interval": {"lo": 0.004, "hi": 0.046}, "seed_interval": {"lo": -0.001, "hi": 0.05}})
+    "gain, seed-level interval includes 0 (5 seeds: below the study's 8)"
+    """
+    if not vs or (vs.get("interval") or {}).get("lo") is None:
+        return "–"
+    mean, lo, hi = vs["mean"], vs["interval"]["lo"], vs["interval"]["hi"]
+    if lo > 0:
+        word = "gain" if mean >= MARGIN else "gain < 0.02"
+    elif hi < 0:
+        word = "loss" if mean <= -MARGIN else "loss < 0.02"
+    elif lo >= -MARGIN and hi <= MARGIN:
+        word = "null"
+    else:
+        word = "undecided"
+    seed = vs.get("seed_interval") or {}
+    if word.startswith(("gain", "loss")) and seed and seed["lo"] <= 0 <= seed["hi"]:
+        word += ", seed-level interval includes 0"
+    n = vs.get("n") or len(vs.get("seeds") or ())
+    if n and n < MIN_SEEDS:
+        word += f" ({n} seeds: below the study's {MIN_SEEDS})"
+    return word
+
+
+def _interval(iv: dict[str, Any] | None) -> str:
+    return f"[{_fmt(iv['lo'])}, {_fmt(iv['hi'])}]" if iv and iv.get("lo") is not None else "–"
+
+
+def contrast_row(summary: dict[str, Any], cell: str, agent: str, algo: str, base: str) -> dict[str, Any] | None:
+    """One contrast ``algo − base`` for ``agent`` as summary.json holds it (None when the comparison lacks it)."""
+    vs = summary.get("results", {}).get(agent, {}).get(algo, {}).get("vs", {}).get(base)
+    if not vs:
+        return None
+    return {"cell": cell, "agent": agent, "contrast": f"{algo} − {base}", "mean": vs["mean"],
+            "interval": vs.get("interval"), "seed_interval": vs.get("seed_interval"),
+            "n": vs.get("n"), "verdict": verdict(vs)}
+
+
+def best_sharing_rival(summary: dict[str, Any], agent: str) -> str | None:
+    """Of naive and imitation, the one with the higher mean final accuracy for ``agent`` (rule 1's max)."""
+    res = summary.get("results", {}).get(agent, {})
+    rivals = [a for a in ("naive", "imitation") if a in res and "final" in res[a]]
+    return max(rivals, key=lambda a: res[a]["final"]["mean"]) if rivals else None
+
+
+def corrections_row(summary: dict[str, Any], cell: str, agent: str) -> dict[str, Any] | None:
+    """Rule 1 without the sister cell: HACPO − max(naive, imitation) ≥ +0.02 with the bootstrap interval and the
+    seed-level interval both above 0 ("matter here"); the mirror image is "hurt here"; else "no"."""
+    rival = best_sharing_rival(summary, agent)
+    row = contrast_row(summary, cell, agent, "hacpo", rival) if rival else None
+    if row is None:
+        return None
+    lo, seed = (row["interval"] or {}).get("lo"), row["seed_interval"] or {}
+    hi = (row["interval"] or {}).get("hi")
+    if row["mean"] >= MARGIN and lo is not None and lo > 0 and seed and seed["lo"] > 0:
+        row["corrections"] = "matter here"
+    elif row["mean"] <= -MARGIN and hi is not None and hi < 0 and seed and seed["hi"] < 0:
+        row["corrections"] = "hurt here"
+    else:
+        row["corrections"] = "no"
+    return row
+
+
+def sister(cell: str) -> str | None:
+    """E2's sister cell (P1 ↔ P2 at the same ρ): ``"p1-rho1"`` → ``"p2-rho1"``; None outside E2.
+
+    >>> sister("p1-rho1"), sister("p2-rho0"), sister("asym")
+    ('p2-rho1', 'p1-rho0', None)
+    """
+    pr = rho_of(cell)
+    if not pr or pr[0] not in ("p1", "p2"):
+        return None
+    return cell.replace(pr[0], "p2" if pr[0] == "p1" else "p1", 1)
+
+
+def did_row(low: dict[str, Any], high: dict[str, Any], pair: str, agent: str, rival: str) -> dict[str, Any] | None:
+    """E2's primary contrast: [HACPO − X](ρ=1) − [HACPO − X](ρ=0) for one agent, per seed from each summary's
+    final accuracies (``final.by_seed``), with the seed-level t-interval over the seeds both cells share."""
+    from hacrl.report.stats import seed_t_interval
+
+    def diffs(summary: dict[str, Any]) -> dict[str, float] | None:
+        res = summary.get("results", {}).get(agent, {})
+        if "hacpo" not in res or rival not in res:
+            return None
+        a, b = res["hacpo"]["final"]["by_seed"], res[rival]["final"]["by_seed"]
+        return {s: a[s] - b[s] for s in a if s in b}
+
+    d0, d1 = diffs(low), diffs(high)
+    if not d0 or not d1:
+        return None
+    seeds = sorted(set(d0) & set(d1), key=int)
+    st = seed_t_interval([d1[s] for s in seeds], [d0[s] for s in seeds])
+    return {"cell": pair, "agent": agent, "contrast": f"[hacpo − {rival}](ρ 1) − (ρ 0)",
+            "mean": statistics.fmean(d1[s] - d0[s] for s in seeds), "interval": None, "seed_interval": st,
+            "n": len(seeds), "verdict": "–" if st is None else ("excludes 0" if not st["includes_zero"] else
+                                                                 "includes 0")}
+
+
+E1_CONTRASTS = (("naive-recompute", "gspo"), ("naive", "gspo"), ("hacpo", "gspo"), ("naive-recompute", "naive"),
+                ("hacpo", "naive"))
+
+
+def rule_rows(dirs: list[Path]) -> list[dict[str, Any]]:
+    """Every contrast the rules read, over the cells given: E1's (a cell without gspo2x), each sharing arm
+    against gspo2x, rule 1 per agent with its sister cell's sign, and E2's difference-in-differences."""
+    summaries = {d.name: json.loads((d / "summary.json").read_text()) for d in dirs}
+    rows: list[dict[str, Any]] = []
+    for cell, summary in summaries.items():
+        algos = summary.get("algorithms", [])
+        for agent in summary.get("agents", {}):
+            if BASELINE not in algos:
+                pairs = [c for c in E1_CONTRASTS if c[0] in algos and c[1] in algos]
+            else:
+                pairs = [(a, BASELINE) for a in algos if a != BASELINE]
+            rows += [r for a, b in pairs if (r := contrast_row(summary, cell, agent, a, b))]
+            corr = corrections_row(summary, cell, agent)
+            if corr:
+                other = summaries.get(sister(cell) or "")
+                mate = corrections_row(other, sister(cell), agent) if other else None  # type: ignore[arg-type]
+                if corr["corrections"] != "no":
+                    if mate is None:
+                        corr["corrections"] += "; no sister cell"
+                    elif (mate["mean"] > 0) != (corr["mean"] > 0):
+                        corr["corrections"] += "; sister cell's sign differs: not claimed"
+                    else:
+                        corr["corrections"] += "; same sign in the sister cell"
+                corr["contrast"] = f"hacpo − max(naive, imitation) = hacpo − {corr['contrast'].split(' − ')[1]}"
+                corr["verdict"] = corr.pop("corrections")
+                rows.append(corr)
+    for cell in summaries:
+        pr = rho_of(cell)
+        if pr and pr[1] == 1.0 and f"{pr[0]}-rho0" in summaries:
+            low, high = summaries[f"{pr[0]}-rho0"], summaries[cell]
+            for agent in high.get("agents", {}):
+                rows += [r for x in ("imitation", "naive") if (r := did_row(low, high, pr[0], agent, x))]
+    return rows
+
+
+def rules_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| cell | agent | contrast | Δ | paired 95% (bootstrap) | seed-level 95% (t) | seeds | reading |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['cell']} | {r['agent']} | {r['contrast']} | {_fmt(float(r['mean']))} | "
+                     f"{_interval(r['interval'])} | {_interval(r['seed_interval'])} | {r['n'] or '–'} | "
+                     f"{r['verdict']} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dirs", nargs="+", type=Path, help="hacrl compare output directories (one per cell)")
     p.add_argument("--plots", type=Path, help="write delta_vs_rescue.png (and delta_vs_rho.png) here")
     p.add_argument("--json", type=Path, help="write the rows as JSON here")
+    p.add_argument("--rules", action="store_true",
+                   help="print the decision rules' table (docs/results.md §12) instead of the measures")
     a = p.parse_args(argv)
+    if a.rules:
+        print(rules_table(rule_rows(a.dirs)))
+        return
     rows = [r for d in a.dirs for r in cell_rows(d)]
     print(table(rows))
     if a.json:

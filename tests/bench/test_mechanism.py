@@ -134,3 +134,92 @@ def test_cli_writes_table_json_and_both_pictures(mech, tmp_path, capsys):
     assert len(rows) == 12 and {r["cell"] for r in rows} == {"sym-1.0", "p1-rho0", "p1-rho1"}
     for name in ("delta_vs_rescue.png", "delta_vs_rho.png"):
         assert (tmp_path / "plots" / name).stat().st_size > 1000
+
+
+# ---- the decision rules (docs/results.md §12) on literal summary.json contrasts ----
+
+def _vs(mean, lo, hi, seed_lo, seed_hi, n=10):
+    return {"mean": mean, "n": n, "interval": {"lo": lo, "hi": hi}, "seed_interval": {"lo": seed_lo, "hi": seed_hi}}
+
+
+@pytest.mark.parametrize("vs, word", [
+    (_vs(0.020, 0.001, 0.04, 0.002, 0.038), "gain"),                      # exactly the rule's size
+    (_vs(0.019, 0.001, 0.04, 0.002, 0.038), "gain < 0.02"),               # excludes 0, below the size
+    (_vs(-0.03, -0.05, -0.01, -0.05, -0.01), "loss"),
+    (_vs(-0.01, -0.019, -0.001, -0.02, -0.002), "loss < 0.02"),
+    (_vs(0.0, -0.02, 0.02, -0.02, 0.02), "null"),                          # inside ±0.02, bounds included
+    (_vs(0.0, -0.021, 0.015, -0.02, 0.02), "undecided"),                   # crosses 0, reaches past -0.02
+    (_vs(0.03, 0.01, 0.05, -0.001, 0.06), "gain, seed-level interval includes 0"),
+    (_vs(0.03, 0.01, 0.05, 0.01, 0.05, n=7), "gain (7 seeds: below the study's 8)"),
+    (None, "–"),
+])
+def test_verdict_follows_rules_2_and_3(mech, vs, word):
+    assert mech.verdict(vs) == word
+
+
+def _summary(finals_by_seed: dict, vs: dict, algos=("hacpo", "naive", "imitation", "gspo2x")) -> dict:
+    """``finals_by_seed[(algo, agent)]``: {seed: acc}; ``vs[(algo, base, agent)]``: the contrast dict."""
+    agents = sorted({a for _, a in finals_by_seed})
+    results = {agent: {algo: {"final": {"mean": sum(finals_by_seed[algo, agent].values()) / len(finals_by_seed[algo, agent]),
+                                        "by_seed": finals_by_seed[algo, agent]},
+                              "vs": {b: v for (x, b, a), v in vs.items() if x == algo and a == agent}}
+                       for algo in algos if (algo, agent) in finals_by_seed} for agent in agents}
+    return {"agents": {a: "builtin:x" for a in agents}, "algorithms": list(algos), "results": results}
+
+
+def _write(root: Path, name: str, summary: dict) -> Path:
+    (root / name).mkdir(parents=True)
+    (root / name / "summary.json").write_text(json.dumps(summary))
+    return root / name
+
+
+def test_rule_1_takes_the_better_rival_and_needs_both_intervals_and_the_sister_sign(mech, tmp_path):
+    seeds = {"0": 0.5, "1": 0.5}
+    finals = {("hacpo", "f"): seeds, ("naive", "f"): {"0": 0.40, "1": 0.40},      # naive worse than imitation:
+              ("imitation", "f"): {"0": 0.45, "1": 0.45}, ("gspo2x", "f"): seeds}  # the rival is imitation
+    good = _vs(0.05, 0.02, 0.08, 0.01, 0.09)
+    p1 = _summary(finals, {("hacpo", "imitation", "f"): good, ("hacpo", "naive", "f"): _vs(0.1, 0.07, 0.13, 0.05, 0.15)})
+    assert mech.best_sharing_rival(p1, "f") == "imitation"
+    row = mech.corrections_row(p1, "p1-rho1", "f")
+    assert row["contrast"] == "hacpo − imitation" and row["corrections"] == "matter here"
+    # the seed-level interval touching 0 is enough to refuse
+    p1_weak = _summary(finals, {("hacpo", "imitation", "f"): _vs(0.05, 0.02, 0.08, 0.0, 0.09)})
+    assert mech.corrections_row(p1_weak, "p1-rho1", "f")["corrections"] == "no"
+    # sister cells: same sign → claimed; opposite sign → not claimed; none run → said
+    same = _summary(finals, {("hacpo", "imitation", "f"): _vs(0.01, -0.01, 0.03, -0.01, 0.03)})
+    flip = _summary(finals, {("hacpo", "imitation", "f"): _vs(-0.01, -0.03, 0.01, -0.03, 0.01)})
+    for mate, ending in ((same, "same sign in the sister cell"), (flip, "sister cell's sign differs: not claimed")):
+        root = tmp_path / ending[:4]
+        cells = [_write(root, "p1-rho1", p1), _write(root, "p2-rho1", mate)]
+        rule1 = [r for r in mech.rule_rows(cells) if r["cell"] == "p1-rho1" and r["contrast"].startswith("hacpo − max")]
+        assert rule1[0]["verdict"] == "matter here; " + ending
+    alone = [r for r in mech.rule_rows([_write(tmp_path / "alone", "p1-rho1", p1)]) if "max" in r["contrast"]]
+    assert alone[0]["verdict"] == "matter here; no sister cell"
+
+
+def test_difference_in_differences_by_seed(mech, tmp_path):
+    # hacpo − imitation per seed: ρ 0: (+0.01, -0.01, 0.00); ρ 1: (+0.05, +0.03, +0.07) → DiD (0.04, 0.04, 0.07)
+    low = _summary({("hacpo", "f"): {"0": 0.51, "1": 0.49, "2": 0.50}, ("imitation", "f"): {"0": 0.50, "1": 0.50, "2": 0.50},
+                    ("naive", "f"): {"0": 0.5, "1": 0.5, "2": 0.5}, ("gspo2x", "f"): {"0": 0.5, "1": 0.5, "2": 0.5}}, {})
+    high = _summary({("hacpo", "f"): {"0": 0.55, "1": 0.53, "2": 0.57}, ("imitation", "f"): {"0": 0.50, "1": 0.50, "2": 0.50},
+                     ("naive", "f"): {"0": 0.5, "1": 0.5, "2": 0.5}, ("gspo2x", "f"): {"0": 0.5, "1": 0.5, "2": 0.5}}, {})
+    row = mech.did_row(low, high, "p1", "f", "imitation")
+    assert row["mean"] == pytest.approx(0.05) and row["n"] == 3
+    # d = (0.04, 0.04, 0.07): sd 0.017321, t(0.975, 2) 4.302653 → half-width 0.043028
+    assert row["seed_interval"]["half_width"] == pytest.approx(4.302653 * 0.0173205 / 3 ** 0.5, rel=1e-5)
+    assert row["verdict"] == "excludes 0"
+    rows = mech.rule_rows([_write(tmp_path, "p1-rho0", low), _write(tmp_path, "p1-rho1", high)])
+    assert [r["contrast"] for r in rows if r["cell"] == "p1"] == ["[hacpo − imitation](ρ 1) − (ρ 0)",
+                                                                  "[hacpo − naive](ρ 1) − (ρ 0)"]
+
+
+def test_e1_cell_reads_its_own_contrasts(mech, tmp_path):
+    algos = ("hacpo", "naive", "naive-recompute", "gspo")
+    finals = {(a, "q"): {"0": 0.5} for a in algos}
+    vs = {("naive-recompute", "gspo", "q"): _vs(-0.05, -0.07, -0.03, -0.07, -0.03),
+          ("naive", "gspo", "q"): _vs(0.0, -0.01, 0.01, -0.01, 0.01)}
+    cell = _write(tmp_path, "e1-tiny-model", _summary(finals, vs, algos))
+    rows = mech.rule_rows([cell])
+    assert [(r["contrast"], r["verdict"]) for r in rows] == [("naive-recompute − gspo", "loss"), ("naive − gspo", "null")]
+    out = mech.rules_table(rows)
+    assert out.splitlines()[2].startswith("| e1-tiny-model | q | naive-recompute − gspo | -0.050 | [-0.070, -0.030] |")
