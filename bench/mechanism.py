@@ -149,13 +149,16 @@ def cell_rows(comparison: Path) -> list[dict[str, Any]]:
                 row["right_inconsistent"] = _mean(t["right_inconsistent"] for t in traces)
             paired = sorted(set(by_seed) & set(base))
             if algo != BASELINE and paired and len(ops) > 1:
-                row["by_op_delta"] = {op: _mean(by_seed[s]["final"]["by_op"].get(op, 0.0)
-                                                - base[s]["final"]["by_op"].get(op, 0.0) for s in paired)
-                                      for op in ops}
+                mine = {op: [by_seed[s]["final"]["by_op"].get(op, 0.0) for s in paired] for op in ops}
+                theirs = {op: [base[s]["final"]["by_op"].get(op, 0.0) for s in paired] for op in ops}
+                row["by_op_delta"] = {op: _mean(a - b for a, b in zip(mine[op], theirs[op])) for op in ops}
+                row["by_op_delta_seed"] = {op: _seed_interval(mine[op], theirs[op]) for op in ops}
             if algo != BASELINE and paired and traces \
                     and all(base[s]["final"]["trace"] and by_seed[s]["final"]["trace"] for s in paired):
-                row["consistent_delta"] = _mean(by_seed[s]["final"]["trace"]["consistent"]
-                                                - base[s]["final"]["trace"]["consistent"] for s in paired)
+                mine_c = [by_seed[s]["final"]["trace"]["consistent"] for s in paired]
+                theirs_c = [base[s]["final"]["trace"]["consistent"] for s in paired]
+                row["consistent_delta"] = _mean(a - b for a, b in zip(mine_c, theirs_c))
+                row["consistent_delta_seed"] = _seed_interval(mine_c, theirs_c)
             vs = summary.get("results", {}).get(agent, {}).get(algo, {}).get("vs", {}).get(BASELINE)
             if vs:
                 interval = vs.get("interval") or {}
@@ -169,6 +172,14 @@ def cell_rows(comparison: Path) -> list[dict[str, Any]]:
         for r in mine:
             r["pair_rescue"] = pair
     return rows
+
+
+def _seed_interval(a: list[float], b: list[float]) -> tuple[float, float] | None:
+    """The seed-level 95% t-interval of a − b, paired by seed (None with fewer than 2 seeds)."""
+    from hacrl.report.stats import seed_t_interval
+
+    st = seed_t_interval(a, b)
+    return (st["lo"], st["hi"]) if st else None
 
 
 def _shares(algorithm: str) -> bool:
@@ -195,19 +206,35 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "–"
     if isinstance(v, dict):
-        return " ".join(f"{k} {_fmt(x)}" for k, x in v.items()) or "–"
+        return "; ".join(f"{k}: {_fmt(x)}" for k, x in v.items()) or "–"
     return f"{v:+.3f}" if isinstance(v, float) and v < 0 else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+
+def _with_seed_interval(delta: Any, seed: Any) -> Any:
+    """A Δ (a number, or one per operator) as text with its seed-level interval: ``-0.010 [-0.030, +0.010]``.
+
+    >>> _with_seed_interval({"+": 0.02, "-": -0.01}, {"+": (0.01, 0.03), "-": None})
+    {'+': '0.020 [0.010, 0.030]', '-': '-0.010'}
+    """
+    if delta is None:
+        return None
+    if isinstance(delta, dict):
+        return {k: _with_seed_interval(v, (seed or {}).get(k)) for k, v in delta.items()}
+    text = f"{delta:+.3f}" if delta < 0 else f"{delta:.3f}"
+    return f"{text} [{_fmt(float(seed[0]))}, {_fmt(float(seed[1]))}]" if seed else text
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     cols = [("cell", "cell"), ("agent", "agent"), ("arm", "algorithm"), ("seeds", "seeds"), ("start", "start"),
-            ("acc", "acc"), ("acc by op", "by_op"), ("Δ by op vs gspo2x", "by_op_delta"),
+            ("acc", "acc"), ("acc by op", "by_op"), ("Δ by op vs gspo2x [seed-level 95%]", "by_op_delta"),
             ("consistent", "consistent"), ("right, inconsistent", "right_inconsistent"),
-            ("Δ consistent", "consistent_delta"), ("rescue@1", "rescue"), ("pair rescue", "pair_rescue"),
+            ("Δ consistent [seed-level 95%]", "consistent_delta"), ("rescue@1", "rescue"), ("pair rescue", "pair_rescue"),
             ("in window", "in_window"),
             ("Δ gspo2x", "delta"), ("95% interval", None)]
     lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
+        r = {**r, "by_op_delta": _with_seed_interval(r.get("by_op_delta"), r.get("by_op_delta_seed")),
+             "consistent_delta": _with_seed_interval(r.get("consistent_delta"), r.get("consistent_delta_seed"))}
         cells = [_fmt(r.get(k)) if k else (f"[{_fmt(r.get('delta_lo'))}, {_fmt(r.get('delta_hi'))}]"
                                            if r.get("delta_lo") is not None else "–") for _, k in cols]
         lines.append("| " + " | ".join(cells) + " |")

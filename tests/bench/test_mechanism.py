@@ -223,3 +223,28 @@ def test_e1_cell_reads_its_own_contrasts(mech, tmp_path):
     assert [(r["contrast"], r["verdict"]) for r in rows] == [("naive-recompute − gspo", "loss"), ("naive − gspo", "null")]
     out = mech.rules_table(rows)
     assert out.splitlines()[2].startswith("| e1-tiny-model | q | naive-recompute − gspo | -0.050 | [-0.070, -0.030] |")
+
+
+def test_per_operator_delta_carries_its_seed_interval(mech, tmp_path):
+    # two seeds: hacpo's "-" accuracy minus gspo2x's is 0.5 in seed 0 and 0 in seed 1 (d = [0.5, 0]: mean 0.25,
+    # sd 0.353553, se 0.25, t_{0.975, 1} = 12.706205: 0.25 ± 3.176551); "+" is 0 in both (sd 0: the point)
+    finals = {("hacpo", "a"): [1.0, 1.0, 1.0, 0.0], ("gspo2x", "a"): [1.0, 1.0, 0.0, 0.0],
+              ("hacpo", "b"): [0.0] * 4, ("gspo2x", "b"): [0.0] * 4}
+    cell = make_cell(tmp_path, "sym-1.0", "mixed", MIXED_IDS, finals)
+    seed1 = cell / "runs" / "hacpo" / "seed-1"
+    for algo in ("hacpo", "gspo2x"):  # seed 1: both arms as gspo2x's seed 0, so the "-" difference is 0
+        dst = cell / "runs" / algo / "seed-1"
+        dst.mkdir(parents=True)
+        for f in ("eval_problems.jsonl", "metrics.jsonl"):
+            (dst / f).write_text((cell / "runs" / "gspo2x" / "seed-0" / f).read_text())
+    summary = json.loads((cell / "summary.json").read_text())
+    summary["runs"] += [{"algorithm": a, "seed": 1, "dir": "x", "status": "trained"} for a in ("hacpo", "gspo2x")]
+    (cell / "summary.json").write_text(json.dumps(summary))
+    rows = {(r["agent"], r["algorithm"]): r for r in mech.cell_rows(cell)}
+    a = rows["a", "hacpo"]
+    assert seed1.is_dir() and a["seeds"] == 2
+    assert a["by_op_delta"] == {"+": 0.0, "-": 0.25}
+    lo, hi = a["by_op_delta_seed"]["-"]
+    assert (lo, hi) == (pytest.approx(0.25 - 3.176551, abs=1e-5), pytest.approx(0.25 + 3.176551, abs=1e-5))
+    assert a["by_op_delta_seed"]["+"] == (0.0, 0.0)
+    assert "+: 0.000 [0.000, 0.000]; -: 0.250 [-2.927, 3.427]" in mech.table(list(rows.values()))
