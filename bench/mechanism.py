@@ -15,6 +15,8 @@ Per cell (a comparison directory), agent and arm, means over seeds at the last e
   runs; ``pair rescue``: its mean over the arms that share answers (at step 1 they hold the same models), the x of
   the rescue picture;
 - ``in window``: the mean over steps of ``agent/<a>/cross/in_window_frac`` (its cross answers inside the window);
+- ``cross ratio``: the mean over steps of ``agent/<a>/cross/ratio_mean``, the cross ratio s of HACPO's partner
+  answers (how likely the learner finds them against their author; the arms that log it);
 - ``Δ gspo2x``: the final accuracy minus gspo2x's, with its 95% interval, from the comparison's summary.json.
 
 Two pictures (``--plots DIR``): ``delta_vs_rescue.png``, each agent's Δ vs gspo2x against its rescue share, one
@@ -94,7 +96,7 @@ def trace_measures(record: dict[str, Any]) -> dict[str, float] | None:
 
 def run_measures(run_dir: Path) -> dict[str, dict[str, Any]]:
     """agent → its measures in one run: ``start`` and ``final`` (each ``acc``, ``by_op``, ``trace`` from the
-    first and last task evaluation), ``rescue`` (step 1) and ``in_window`` (mean over steps)."""
+    first and last task evaluation), ``rescue`` (step 1), ``in_window`` and ``cross_ratio`` (means over steps)."""
     records = [r for r in read_problem_evals(run_dir) if is_task_record(r)]
     out: dict[str, dict[str, Any]] = {}
     for agent in dict.fromkeys(r["agent"] for r in records):
@@ -109,6 +111,7 @@ def run_measures(run_dir: Path) -> dict[str, dict[str, Any]]:
         first = next((r for r in rows if r["step"] == 1), {})
         m["rescue"] = _mean(v for k, v in first.items() if k.startswith(f"agent/{agent}/rescue/"))
         m["in_window"] = _mean(r.get(f"agent/{agent}/cross/in_window_frac") for r in rows)
+        m["cross_ratio"] = _mean(r.get(f"agent/{agent}/cross/ratio_mean") for r in rows)
     return out
 
 
@@ -142,6 +145,7 @@ def cell_rows(comparison: Path) -> list[dict[str, Any]]:
                 "by_op": {op: _mean(f["by_op"].get(op) for f in final) for op in ops} if len(ops) > 1 else None,
                 "rescue": _mean(m["rescue"] for m in by_seed.values()),
                 "in_window": _mean(m["in_window"] for m in by_seed.values()),
+                "cross_ratio": _mean(m["cross_ratio"] for m in by_seed.values()),
             }
             traces = [f["trace"] for f in final if f["trace"]]
             if traces:
@@ -229,7 +233,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             ("acc", "acc"), ("acc by op", "by_op"), ("Δ by op vs gspo2x [seed-level 95%]", "by_op_delta"),
             ("consistent", "consistent"), ("right, inconsistent", "right_inconsistent"),
             ("Δ consistent [seed-level 95%]", "consistent_delta"), ("rescue@1", "rescue"), ("pair rescue", "pair_rescue"),
-            ("in window", "in_window"),
+            ("in window", "in_window"), ("cross ratio", "cross_ratio"),
             ("Δ gspo2x", "delta"), ("95% interval", None)]
     lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:

@@ -51,9 +51,10 @@ def make_cell(root: Path, name: str, task: str, ids: list[str], finals: dict, te
         _lines(run / "metrics.jsonl", [
             {"step": 0, "eval/a/greedy_acc": 0.0},
             {"step": 1, "agent/a/rescue/b": 0.25 if algo == "hacpo" else 0.05, "agent/b/rescue/a": 0.5,
-             "agent/a/cross/in_window_frac": 0.2, "agent/b/cross/in_window_frac": 0.6},
+             "agent/a/cross/in_window_frac": 0.2, "agent/b/cross/in_window_frac": 0.6,
+             "agent/a/cross/ratio_mean": 0.01},
             {"step": 2, "agent/a/rescue/b": 0.9, "agent/a/cross/in_window_frac": 0.4,
-             "agent/b/cross/in_window_frac": 0.8},
+             "agent/b/cross/in_window_frac": 0.8, "agent/a/cross/ratio_mean": 0.03},
         ])
         runs.append({"algorithm": algo, "seed": 0, "dir": f"elsewhere/{algo}/seed-0", "status": "trained"})
     deltas = deltas or {"a": 0.05, "b": -0.02}
@@ -94,6 +95,7 @@ def test_per_operator_rows(mech, tmp_path):
     assert rows["a", "gspo2x"]["rescue"] == 0.05  # gspo2x's own 2G answers at step 1
     assert a["pair_rescue"] == rows["a", "gspo2x"]["pair_rescue"] == 0.25  # hacpo's: gspo2x shares no answers
     assert a["in_window"] == pytest.approx(0.3) and rows["b", "hacpo"]["in_window"] == pytest.approx(0.7)
+    assert a["cross_ratio"] == pytest.approx(0.02) and rows["b", "hacpo"]["cross_ratio"] is None  # b logs none
     # Δ vs gspo2x and its interval come from summary.json
     assert (a["delta"], a["delta_lo"], a["delta_hi"]) == (0.05, pytest.approx(0.02), pytest.approx(0.08))
     assert "consistent" not in a  # not a traced task
