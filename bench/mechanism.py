@@ -413,6 +413,7 @@ def did_row(low: dict[str, Any], high: dict[str, Any], pair: str, agent: str, ri
                                                                  "includes 0")}
 
 
+ABLATIONS = ("hacpo-noomega", "hacpo-noadv")  # E3's: HACPO without ω, without the capability-aware advantage
 E1_CONTRASTS = (("naive-recompute", "gspo"), ("naive", "gspo"), ("hacpo", "gspo"), ("naive-recompute", "naive"),
                 ("hacpo", "naive"))
 
@@ -427,8 +428,9 @@ def rule_rows(dirs: list[Path]) -> list[dict[str, Any]]:
         for agent in summary.get("agents", {}):
             if BASELINE not in algos:
                 pairs = [c for c in E1_CONTRASTS if c[0] in algos and c[1] in algos]
-            else:
+            else:  # each arm against gspo2x, and HACPO against its ablations where the summary pairs them
                 pairs = [(a, BASELINE) for a in algos if a != BASELINE]
+                pairs += [("hacpo", a) for a in ABLATIONS if a in algos and "hacpo" in algos]
             rows += [r for a, b in pairs if (r := contrast_row(summary, cell, agent, a, b))]
             corr = corrections_row(summary, cell, agent)
             if corr:

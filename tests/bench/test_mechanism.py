@@ -250,3 +250,14 @@ def test_per_operator_delta_carries_its_seed_interval(mech, tmp_path):
     assert (lo, hi) == (pytest.approx(0.25 - 3.176551, abs=1e-5), pytest.approx(0.25 + 3.176551, abs=1e-5))
     assert a["by_op_delta_seed"]["+"] == (0.0, 0.0)
     assert "+: 0.000 [0.000, 0.000]; -: 0.250 [-2.927, 3.427]" in mech.table(list(rows.values()))
+
+
+def test_e3_cell_reads_hacpo_against_its_ablations(mech, tmp_path):
+    algos = ("hacpo", "hacpo-noadv", "gspo2x")
+    finals = {(a, "s"): {"0": 0.5} for a in algos}
+    vs = {("hacpo", "gspo2x", "s"): _vs(0.01, -0.01, 0.03, -0.01, 0.03),
+          ("hacpo-noadv", "gspo2x", "s"): _vs(-0.01, -0.03, 0.01, -0.03, 0.01),
+          ("hacpo", "hacpo-noadv", "s"): _vs(0.02, 0.006, 0.033, 0.012, 0.027)}
+    rows = mech.rule_rows([_write(tmp_path, "high", _summary(finals, vs, algos))])
+    assert [(r["contrast"], r["verdict"]) for r in rows] == [
+        ("hacpo − gspo2x", "undecided"), ("hacpo-noadv − gspo2x", "undecided"), ("hacpo − hacpo-noadv", "gain")]
