@@ -253,7 +253,8 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    algos = list(dict.fromkeys(r["algorithm"] for r in rows if "delta" in r))
+    # only the arms that learn from a partner: GSPO's Δ against GSPO×2 (and a few-shot prompt's) is no partner effect
+    algos = list(dict.fromkeys(r["algorithm"] for r in rows if "delta" in r and _shares(r["algorithm"])))
     colour = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(algos)}
     written = []
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -263,6 +264,14 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         for r in pts:
             if r.get("delta_lo") is not None:
                 ax.plot([r["pair_rescue"]] * 2, [r["delta_lo"], r["delta_hi"]], color=colour[a], lw=0.8, alpha=0.6)
+    labelled = {}  # one label per (cell, agent), above its highest point
+    for r in rows:
+        if r["algorithm"] in colour and r.get("delta") is not None and r.get("pair_rescue") is not None:
+            key = (r["cell"], r["agent"])
+            labelled[key] = max(labelled.get(key, (r["pair_rescue"], r["delta"])), (r["pair_rescue"], r["delta"]),
+                                key=lambda p: p[1])
+    for (cell, agent), (x, y) in labelled.items():
+        ax.annotate(f"{cell}: {agent}", (x, y), textcoords="offset points", xytext=(3, 6), fontsize=6, rotation=30)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(xlabel="rescue share before training (agent/<a>/rescue/<b>, step 1)",
            ylabel="Δ final accuracy vs gspo2x", title="Who gains: Δ vs gspo2x against rescue (one point per cell, agent)")
