@@ -52,7 +52,9 @@ NOT_HERE = ("Sections 1–4 and 6–8 of results.md (the paper's δ against a wi
             "cost, the adaptive window, the stronger agent, three agents) cite run directories that are not in "
             "the repository: their numbers cannot be recomputed from it and are not repeated here. "
             "results/smollm2-state (the first SmolLM2 comparison, superseded by smollm2-clean: its held-out set "
-            "leaked) and results/async-pace are read in results.md §5 and §11.")
+            "leaked) and results/async-pace are read in results.md §5 and §11. results/sharing-methods-tiny (ten ways "
+            "of sharing on tiny-model) and results/mechanism (the mechanism study's cells, read by "
+            "bench/mechanism.py against the study's decision rules) are read in results.md §13 and §12.")
 
 
 def _signed(x: float) -> str:
