@@ -20,10 +20,13 @@ Per cell (a comparison directory), agent and arm, means over seeds at the last e
 - ``Δ gspo2x``: the final accuracy minus gspo2x's, with its 95% interval, from the comparison's summary.json.
 
 Two pictures (``--plots DIR``): ``delta_vs_rescue.png``, each agent's Δ vs gspo2x against its rescue share, one
-colour per arm, over every directory given; ``delta_vs_rho.png``, for cells named ``<pair>-rho<ρ>`` (E2:
+colour per arm, over every directory given (filled circles) and every ``--also`` directory (hollow triangles:
+the committed pairs, drawn but not tabled), its y axis linear within ±0.05 and logarithmic beyond;
+``delta_vs_rho.png``, for cells named ``<pair>-rho<ρ>`` (E2:
 ``p1-rho0``, ``p1-rho1``), Δ vs gspo2x against ρ per arm and agent, above the arms' in-window share.
 
-    python bench/mechanism.py results/mechanism/sym-1.0 results/mechanism/asym ... [--plots DIR] [--json FILE]
+    python bench/mechanism.py results/mechanism/sym-1.0 results/mechanism/asym ... [--plots DIR] [--json FILE] \
+        [--also results/tiny-model-evidence ...]
     python bench/mechanism.py --rules results/mechanism/*/      # the decision rules of docs/results.md §12
 """
 
@@ -245,37 +248,73 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """The two pictures; returns the files written (the ρ picture only when some cell is named ``*-rho<ρ>``)."""
+def _colours(algos: list[str], plt: Any) -> dict[str, Any]:
+    """One colour per arm, distinct for up to 20 arms: tab20's dark shades first, then its light ones."""
+    cmap = plt.get_cmap("tab20")
+    return {a: cmap((2 * i) % 20 + (2 * i) // 20 % 2) for i, a in enumerate(algos)}
+
+
+def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | None = None) -> list[Path]:
+    """The two pictures; returns the files written (the ρ picture only when some cell is named ``*-rho<ρ>``).
+
+    ``others``: rows of further comparisons (the committed pairs) drawn in the rescue picture as hollow
+    triangles beside the study's cells (filled circles). Its y axis is linear within ±0.05 and logarithmic
+    beyond (a collapse of −0.7 and gains of ±0.02 in one picture); the grey band is the rules' ±0.02."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     out.mkdir(parents=True, exist_ok=True)
+    others = others or []
     # only the arms that learn from a partner: GSPO's Δ against GSPO×2 (and a few-shot prompt's) is no partner effect
-    algos = list(dict.fromkeys(r["algorithm"] for r in rows if "delta" in r and _shares(r["algorithm"])))
-    colour = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(algos)}
+    algos = list(dict.fromkeys(r["algorithm"] for r in [*rows, *others] if "delta" in r and _shares(r["algorithm"])))
+    colour = _colours(algos, plt)
     written = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for a in algos:
-        pts = [r for r in rows if r["algorithm"] == a and r.get("delta") is not None and r.get("pair_rescue") is not None]
-        ax.scatter([r["pair_rescue"] for r in pts], [r["delta"] for r in pts], color=colour[a], label=a, s=24)
-        for r in pts:
-            if r.get("delta_lo") is not None:
-                ax.plot([r["pair_rescue"]] * 2, [r["delta_lo"], r["delta_hi"]], color=colour[a], lw=0.8, alpha=0.6)
-    labelled = {}  # one label per (cell, agent), above its highest point
-    for r in rows:
-        if r["algorithm"] in colour and r.get("delta") is not None and r.get("pair_rescue") is not None:
-            key = (r["cell"], r["agent"])
-            labelled[key] = max(labelled.get(key, (r["pair_rescue"], r["delta"])), (r["pair_rescue"], r["delta"]),
-                                key=lambda p: p[1])
-    for (cell, agent), (x, y) in labelled.items():
-        ax.annotate(f"{cell}: {agent}", (x, y), textcoords="offset points", xytext=(3, 6), fontsize=6, rotation=30)
+    fig, ax = plt.subplots(figsize=(10.5, 6))
+    ax.axhspan(-MARGIN, MARGIN, color="0.9", zorder=0)
+    for group, marker, filled in ((rows, "o", True), (others, "^", False)):
+        for a in algos:
+            pts = [r for r in group
+                   if r["algorithm"] == a and r.get("delta") is not None and r.get("pair_rescue") is not None]
+            if not pts:
+                continue
+            ax.scatter([r["pair_rescue"] for r in pts], [r["delta"] for r in pts], marker=marker, s=26,
+                       color=colour[a] if filled else "none", edgecolors=colour[a])
+            for r in pts:
+                if r.get("delta_lo") is not None:
+                    ax.plot([r["pair_rescue"]] * 2, [r["delta_lo"], r["delta_hi"]], color=colour[a], lw=0.8,
+                            alpha=0.6)
+    for group, tone in ((rows, "black"), (others, "0.45")):
+        labelled: dict[tuple[str, str], tuple[float, float]] = {}  # one label per (cell, agent), at its top
+        for r in group:
+            if r["algorithm"] in colour and r.get("delta") is not None and r.get("pair_rescue") is not None:
+                key = (r["cell"], r["agent"])
+                labelled[key] = max(labelled.get(key, (r["pair_rescue"], r["delta"])),
+                                    (r["pair_rescue"], r["delta"]), key=lambda p: p[1])
+        for (cell, agent), (x, y) in labelled.items():
+            ax.annotate(f"{cell}: {agent}", (x, y), textcoords="offset points", xytext=(3, 5), fontsize=6,
+                        rotation=30, color=tone)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set(xlabel="rescue share before training (agent/<a>/rescue/<b>, step 1)",
-           ylabel="Δ final accuracy vs gspo2x", title="Who gains: Δ vs gspo2x against rescue (one point per cell, agent)")
-    ax.legend(fontsize=8)
+    ax.set_yscale("symlog", linthresh=0.05, linscale=1.5)
+    ends = [v for r in [*rows, *others] if r["algorithm"] in colour and r.get("pair_rescue") is not None
+            for v in (r.get("delta"), r.get("delta_lo"), r.get("delta_hi")) if v is not None]
+    if ends:  # symlog's autoscale cuts the far points off
+        lo, hi = min(min(ends) * 1.15, -0.05), max(max(ends) * 1.15, 0.05)
+        ax.set_ylim(lo, hi)
+        ax.set_yticks([t for t in (-0.5, -0.2, -0.1, -0.05, -0.02, 0, 0.02, 0.05, 0.1, 0.2, 0.5) if lo <= t <= hi])
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%+.2f"))
+        ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set(xlabel="rescue share before training (agent/<a>/rescue/<b>, step 1; mean over the sharing arms)",
+           ylabel="Δ final accuracy vs gspo2x (95% interval)",
+           title="Who gains: Δ vs gspo2x against rescue (circles: study cells; triangles: committed pairs)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker="s", color=colour[a], label=a) for a in algos]
+    handles += [Line2D([], [], ls="", marker="o", color="k", label="study cell"),
+                Line2D([], [], ls="", marker="^", mfc="none", color="k", label="committed pair")]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     written.append(out / "delta_vs_rescue.png")
     fig.savefig(written[-1], dpi=120)
@@ -479,6 +518,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("dirs", nargs="+", type=Path, help="hacrl compare output directories (one per cell)")
     p.add_argument("--plots", type=Path, help="write delta_vs_rescue.png (and delta_vs_rho.png) here")
     p.add_argument("--json", type=Path, help="write the rows as JSON here")
+    p.add_argument("--also", nargs="+", type=Path, default=[], metavar="DIR",
+                   help="further comparisons (the committed pairs) drawn in the rescue picture only")
     p.add_argument("--rules", action="store_true",
                    help="print the decision rules' table (docs/results.md §12) instead of the measures")
     a = p.parse_args(argv)
@@ -490,7 +531,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1) + "\n")
     if a.plots:
-        for f in plot(rows, a.plots):
+        others = [r for d in a.also for r in cell_rows(d)]
+        for f in plot(rows, a.plots, others):
             print(f"wrote {f}")
 
 

@@ -138,6 +138,20 @@ def test_cli_writes_table_json_and_both_pictures(mech, tmp_path, capsys):
         assert (tmp_path / "plots" / name).stat().st_size > 1000
 
 
+def test_also_draws_committed_pairs_in_the_rescue_picture_only(mech, tmp_path, capsys):
+    finals = {(algo, agent): [1.0, 0.0, 1.0, 0.0] for algo in ("hacpo", "gspo2x") for agent in "ab"}
+    cell = make_cell(tmp_path / "study", "sym-1.0", "mixed", MIXED_IDS, finals)
+    pair = make_cell(tmp_path / "committed", "tiny-model-evidence", "add2", ["add2/07+85"] * 4, finals,
+                     deltas={"a": -0.7, "b": 0.3})
+    mech.main([str(cell), "--also", str(pair), "--plots", str(tmp_path / "plots")])
+    out = capsys.readouterr().out
+    assert "tiny-model-evidence" not in out and out.count("| hacpo |") == 2  # the table is the study's cells
+    with_pair = (tmp_path / "plots" / "delta_vs_rescue.png").read_bytes()
+    mech.main([str(cell), "--plots", str(tmp_path / "plots")])
+    assert (tmp_path / "plots" / "delta_vs_rescue.png").read_bytes() != with_pair
+    assert not (tmp_path / "plots" / "delta_vs_rho.png").exists()
+
+
 # ---- the decision rules (docs/results.md §12) on literal summary.json contrasts ----
 
 def _vs(mean, lo, hi, seed_lo, seed_hi, n=10):
