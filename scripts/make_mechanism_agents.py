@@ -61,6 +61,23 @@ Targets are met on the 512 validation problems (mean of 3 checks), so the test a
 off: mixed-plus80 ended at 0.607 for its 0.55, add2-low-b at 0.113 for its 0.15. All 16 agents: about 30
 minutes of one thread.
 
+**Deterministic on one kind of CPU, not across kinds.** Built again on a 2-core AMD EPYC with AVX2 only
+(2026-12-05, one thread, beside one other process), the same plans stop at other steps, since float rounding
+differs between the AVX2 and AVX512 kernels and the warm starts are long: the agents of the study's second
+session (docs/results.md §12):
+
+| agent | steps | test accuracy | plan's wall time |
+|---|---|---|---|
+| trace-f-weak, trace-f-strong | 170, 278 | 0.307 (consistency 0.307), 0.614 (0.613) | 63 s |
+| trace-c0-weak, trace-c0-strong | 132, 242 | 0.326 (0.326), 0.719 (0.719) | 58 s |
+| trace-c1-weak, trace-c1-strong | 346, 518 | 0.349 (consistency 0.000), 0.615 (0.000) | 103 s |
+| add2-qwen-high | 152 | 0.859 | 20 s |
+| add2-llama-eq | 24 | 0.593 (the same as on AVX512) | 3 s |
+| add2-low-a, add2-low-b | 570, 215 | 0.162, 0.152 | 61 s, 19 s |
+
+So a cell's runs are only comparable with runs on agents of the same build: rebuild them on the CPU kind the
+cell ran on (``provenance.jsonl`` records it), and compare runs across builds by sign, never by pairing.
+
 Every agent directory gets ``model.safetensors`` (float32), the tokenizer files and a ``manifest.json``: task,
 arch, tokenizer, init, stream and warm-start settings, target, steps, held-out greedy accuracy overall (and per
 operator on ``mixed``; on ``add2-trace`` the final-answer accuracy and the share of greedy traces that are
