@@ -209,6 +209,10 @@ def rho_of(cell: str) -> tuple[str, float] | None:
     return (m.group(1), float(m.group(2))) if m else None
 
 
+def _or(v: float | None, default: float) -> float:
+    return default if v is None else v
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "–"
@@ -329,7 +333,10 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
                 pts = sorted((rho, r) for (p, rho), r in e2 if p == pair and r["agent"] == agent and r["algorithm"] == a)
                 if not pts:
                     continue
-                axes[0][j].plot([x for x, _ in pts], [r["delta"] for _, r in pts], "o-", color=colour[a], label=a)
+                axes[0][j].errorbar([x for x, _ in pts], [r["delta"] for _, r in pts], fmt="o-", color=colour[a],
+                                    label=a, capsize=2, lw=1,
+                                    yerr=[[r["delta"] - _or(r.get("delta_lo"), r["delta"]) for _, r in pts],
+                                          [_or(r.get("delta_hi"), r["delta"]) - r["delta"] for _, r in pts]])
                 win = [(x, r["in_window"]) for x, r in pts if r.get("in_window") is not None]
                 if win:
                     axes[1][j].plot(*zip(*win), "o-", color=colour[a], label=a)
