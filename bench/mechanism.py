@@ -343,10 +343,11 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
             axes[0][j].axhline(0, color="grey", lw=0.8)
             axes[0][j].set(title=f"{pair}: {agent}", ylabel="Δ vs gspo2x")
             axes[1][j].set(xlabel="ρ (partner's trace corruption)", ylabel="in-window share of cross answers")
-        axes[0][0].legend(fontsize=7)
+        drawn = {h.get_label(): h for ax_ in axes[0] for h in ax_.get_legend_handles_labels()[0]}
+        fig.legend(list(drawn.values()), list(drawn), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.95))
         fig.tight_layout()
         written.append(out / "delta_vs_rho.png")
-        fig.savefig(written[-1], dpi=120)
+        fig.savefig(written[-1], dpi=120, bbox_inches="tight")
         plt.close(fig)
     return written
 
