@@ -278,10 +278,15 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
     written = []
     fig, ax = plt.subplots(figsize=(10.5, 6))
     ax.axhspan(-MARGIN, MARGIN, color="0.9", zorder=0)
-    for group, marker, filled in ((rows, "o", True), (others, "^", False)):
+
+    def drawn(group: list[dict[str, Any]]) -> list[dict[str, Any]]:  # the rows that make a point
+        return [r for r in group
+                if r["algorithm"] in colour and r.get("delta") is not None and r.get("pair_rescue") is not None]
+
+    study, pairs = drawn(rows), drawn(others)
+    for group, marker, filled in ((study, "o", True), (pairs, "^", False)):
         for a in algos:
-            pts = [r for r in group
-                   if r["algorithm"] == a and r.get("delta") is not None and r.get("pair_rescue") is not None]
+            pts = [r for r in group if r["algorithm"] == a]
             if not pts:
                 continue
             ax.scatter([r["pair_rescue"] for r in pts], [r["delta"] for r in pts], marker=marker, s=26,
@@ -290,20 +295,18 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
                 if r.get("delta_lo") is not None:
                     ax.plot([r["pair_rescue"]] * 2, [r["delta_lo"], r["delta_hi"]], color=colour[a], lw=0.8,
                             alpha=0.6)
-    for group, tone in ((rows, "black"), (others, "0.45")):
+    for group, tone in ((study, "black"), (pairs, "0.45")):
         labelled: dict[tuple[str, str], tuple[float, float]] = {}  # one label per (cell, agent), at its top
         for r in group:
-            if r["algorithm"] in colour and r.get("delta") is not None and r.get("pair_rescue") is not None:
-                key = (r["cell"], r["agent"])
-                labelled[key] = max(labelled.get(key, (r["pair_rescue"], r["delta"])),
-                                    (r["pair_rescue"], r["delta"]), key=lambda p: p[1])
+            key = (r["cell"], r["agent"])
+            labelled[key] = max(labelled.get(key, (r["pair_rescue"], r["delta"])),
+                                (r["pair_rescue"], r["delta"]), key=lambda p: p[1])
         for (cell, agent), (x, y) in labelled.items():
             ax.annotate(f"{cell}: {agent}", (x, y), textcoords="offset points", xytext=(3, 5), fontsize=6,
                         rotation=30, color=tone)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_yscale("symlog", linthresh=0.05, linscale=1.5)
-    ends = [v for r in [*rows, *others] if r["algorithm"] in colour and r.get("pair_rescue") is not None
-            for v in (r.get("delta"), r.get("delta_lo"), r.get("delta_hi")) if v is not None]
+    ends = [v for r in [*study, *pairs] for v in (r["delta"], r.get("delta_lo"), r.get("delta_hi")) if v is not None]
     if ends:  # symlog's autoscale cuts the far points off
         lo, hi = min(min(ends) * 1.15, -0.05), max(max(ends) * 1.15, 0.05)
         ax.set_ylim(lo, hi)
