@@ -9,7 +9,9 @@ Per cell (a comparison directory), agent and arm, means over seeds at the last e
 - ``consistent``: on ``add2-trace``, the share of the kept greedy texts (``trainer.eval_texts``; the first N
   held-out problems) whose trace is arithmetically right throughout (:func:`hacrl.data.tasks.trace_consistent`:
   operands are the prompt's digits, each column sum and carry right, the number after ">" the trace's result),
-  and ``right, inconsistent``: the share whose final answer is right but whose trace is not;
+  and ``right, inconsistent``: the share whose final answer is right but whose trace is not; on reasoning-gym
+  ``basic_arithmetic`` (E4's SmolLM2 runs) the same two shares for the answer's first equation
+  (:func:`equation_measures`);
 - ``rescue@1``: the agent's rescue share before training, ``agent/<a>/rescue/<b>`` at step 1 in metrics.jsonl
   (the share of step 1's prompts where it wrote no correct answer and its partner wrote one), mean over the arm's
   runs; ``pair rescue``: its mean over the arms that share answers (at step 1 they hold the same models), the x of
@@ -86,6 +88,8 @@ def trace_measures(record: dict[str, Any]) -> dict[str, float] | None:
     {'consistent': 0.5, 'right_inconsistent': 0.5, 'n': 2}
     """
     texts = record.get("texts") or []
+    if texts and all(pid.startswith("basic_arithmetic/") for pid in record["ids"][: len(texts)]):
+        return equation_measures(record)
     if not texts or not all(pid.startswith("add2-trace/") for pid in record["ids"][: len(texts)]):
         return None
     consistent = right_bad = 0
@@ -94,6 +98,35 @@ def trace_measures(record: dict[str, Any]) -> dict[str, float] | None:
         ok = trace_consistent(text, a, b)
         consistent += ok
         right_bad += (not ok) and final_number(text) == str(a + b)
+    return {"consistent": consistent / len(texts), "right_inconsistent": right_bad / len(texts), "n": len(texts)}
+
+
+_EQUATION = re.compile(r"(-?\d+)\s*([+\-])\s*(-?\d+)\s*=\s*(-?\d+)")
+
+
+def equation_measures(record: dict[str, Any]) -> dict[str, float]:
+    """E4's reading of reasoning-gym ``basic_arithmetic`` answers ("32 + 59 = 91. The answer is \\boxed{91}."),
+    over the record's kept greedy texts: ``consistent``, the share whose first equation ``a ± b = v`` is
+    arithmetically right (v = a ± b); ``right_inconsistent``, the share scored right whose first equation is
+    wrong (the unfaithful partner's pattern, "28 + 47 = 78. The answer is \\boxed{75}."); the rest wrote no
+    equation or a wrong one with a wrong answer. The equation's operands are read from the text, not checked
+    against the question (the record holds problem ids, not questions).
+
+    >>> equation_measures({"ids": ["basic_arithmetic/test/0", "basic_arithmetic/test/1", "basic_arithmetic/test/2"],
+    ...                    "reward": [1.0, 1.0, 0.0], "texts": ["28 + 47 = 75. The answer is \\boxed{75}.",
+    ...                    "67 - 74 = -2. The answer is \\boxed{-7}.", "To add 3 and 4, we count."]})
+    {'consistent': 0.333..., 'right_inconsistent': 0.333..., 'n': 3}
+    """
+    texts = record.get("texts") or []
+    consistent = right_bad = 0
+    for reward, text in zip(record["reward"], texts):
+        m = _EQUATION.search(text)
+        if m is None:
+            continue
+        a, op, b, v = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
+        ok = v == (a + b if op == "+" else a - b)
+        consistent += ok
+        right_bad += (not ok) and reward > 0
     return {"consistent": consistent / len(texts), "right_inconsistent": right_bad / len(texts), "n": len(texts)}
 
 

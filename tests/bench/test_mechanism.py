@@ -122,6 +122,28 @@ def test_trace_consistency_rows(mech, tmp_path):
     assert mech.rho_of("p1-rho1") == ("p1", 1.0)
 
 
+def test_equation_rows_read_smollm2_answers(mech, tmp_path):
+    # E4: reasoning-gym basic_arithmetic answers; the first equation decides, its operands read from the text
+    ids = [f"basic_arithmetic/test/{i}" for i in range(5)]
+    faithful = ["28 + 47 = 75. The answer is \\boxed{75}.", "67 - 74 = -7. The answer is \\boxed{-7}.",
+                "32 + 59 = 81. The answer is \\boxed{81}.", "To add 3 and 4 we count up: 5, 6, 7.",
+                "9 - 3 = 6, and 6 + 1 = 8. The answer is \\boxed{6}."]
+    copied = ["28 + 47 = 78. The answer is \\boxed{75}.", "67-74=-2. The answer is \\boxed{-7}.",
+              "32 + 59 = 91. The answer is \\boxed{91}.", "5 + 5 = 3. The answer is \\boxed{3}.", "It is 6."]
+    texts = {("hacpo", "a"): faithful, ("hacpo", "b"): copied, ("gspo2x", "a"): copied, ("gspo2x", "b"): faithful}
+    finals = {("hacpo", "a"): [1.0, 1.0, 0.0, 1.0, 1.0], ("hacpo", "b"): [1.0, 1.0, 1.0, 0.0, 1.0],
+              ("gspo2x", "a"): [1.0, 1.0, 1.0, 0.0, 1.0], ("gspo2x", "b"): [1.0, 1.0, 0.0, 1.0, 1.0]}
+    cell = make_cell(tmp_path, "e4-unfaithful", "basic_arithmetic", ids, finals, texts)
+    rows = {(r["agent"], r["algorithm"]): r for r in mech.cell_rows(cell)}
+    # faithful: 28+47=75, 67-74=-7, 9-3=6 right (3 of 5); 32+59=81 wrong and wrong; no equation in the 4th
+    assert rows["a", "hacpo"]["consistent"] == pytest.approx(3 / 5)
+    assert rows["a", "hacpo"]["right_inconsistent"] == 0.0
+    # copied: 32+59=91 right (1 of 5); 78 and -2 wrong with a right answer (2 of 5); 5+5=3 wrong and scored wrong
+    assert rows["b", "hacpo"]["consistent"] == pytest.approx(1 / 5)
+    assert rows["b", "hacpo"]["right_inconsistent"] == pytest.approx(2 / 5)
+    assert rows["a", "hacpo"]["consistent_delta"] == pytest.approx(2 / 5)
+
+
 def test_cli_writes_table_json_and_both_pictures(mech, tmp_path, capsys):
     finals = {(algo, agent): [1.0, 0.0, 1.0, 0.0] for algo in ("hacpo", "gspo2x") for agent in "ab"}
     cells = [make_cell(tmp_path, "sym-1.0", "mixed", MIXED_IDS, finals)]

