@@ -30,6 +30,7 @@ the committed pairs, drawn but not tabled), its y axis linear within ±0.05 and 
     python bench/mechanism.py results/mechanism/sym-1.0 results/mechanism/asym ... [--plots DIR] [--json FILE] \
         [--also results/tiny-model-evidence ...]
     python bench/mechanism.py --rules results/mechanism/*/      # the decision rules of docs/results.md §12
+    python bench/mechanism.py --curves results/mechanism/p1-rho1  # learning curves: means over seeds per step
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ def run_measures(run_dir: Path) -> dict[str, dict[str, Any]]:
         for label, rec in (("start", mine[0]), ("final", mine[-1])):
             m[label] = {"step": rec["step"], "acc": sum(rec["reward"]) / max(len(rec["reward"]), 1),
                         "by_op": accuracy_by_operator(rec), "trace": trace_measures(rec)}
+        m["curve"] = {rec["step"]: (sum(rec["reward"]) / max(len(rec["reward"]), 1), trace_measures(rec))
+                      for rec in mine}
         out[agent] = m
     rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r]
     for agent, m in out.items():
@@ -212,6 +215,48 @@ def cell_rows(comparison: Path) -> list[dict[str, Any]]:
         for r in mine:
             r["pair_rescue"] = pair
     return rows
+
+
+def curve_rows(comparison: Path) -> list[dict[str, Any]]:
+    """One row per (agent, arm) of a comparison directory: the mean over seeds of the held-out greedy accuracy at
+    every evaluated step (``acc``: step → mean), and on a traced or equation task the same for ``consistent`` and
+    ``right_inconsistent``; a step counts only the seeds that evaluated it (``seeds``: step → how many)."""
+    summary = json.loads((comparison / "summary.json").read_text())
+    curves: dict[tuple[str, str], list[dict[int, Any]]] = {}
+    for run in summary["runs"]:
+        d = _run_dir(comparison, run)
+        if d.is_dir():
+            for agent, m in run_measures(d).items():
+                curves.setdefault((agent, run["algorithm"]), []).append(m["curve"])
+    rows = []
+    for agent in summary["agents"]:
+        for algo in summary["algorithms"]:
+            runs = curves.get((agent, algo))
+            if not runs:
+                continue
+            steps = sorted({step for c in runs for step in c})
+            row: dict[str, Any] = {"cell": comparison.name, "agent": agent, "algorithm": algo,
+                                   "seeds": {t: sum(t in c for c in runs) for t in steps},
+                                   "acc": {t: _mean(c[t][0] for c in runs if t in c) for t in steps}}
+            for key in ("consistent", "right_inconsistent"):
+                values = {t: _mean(c[t][1][key] for c in runs if t in c and c[t][1]) for t in steps}
+                if any(v is not None for v in values.values()):
+                    row[key] = values
+            rows.append(row)
+    return rows
+
+
+def curves_table(rows: list[dict[str, Any]]) -> str:
+    """The curves as a table: each measure's means at the evaluated steps, in step order."""
+    lines = ["| cell | agent | arm | seeds | steps | acc | consistent | right, inconsistent |", "|" + "---|" * 8]
+    for r in rows:
+        steps = list(r["acc"])
+        seeds = sorted(set(r["seeds"].values()))
+        cols = [" ".join(_fmt(r[k][t]) for t in steps) if k in r else "–"
+                for k in ("acc", "consistent", "right_inconsistent")]
+        lines.append(f"| {r['cell']} | {r['agent']} | {r['algorithm']} | {'/'.join(map(str, seeds))} | "
+                     f"{' '.join(map(str, steps))} | " + " | ".join(cols) + " |")
+    return "\n".join(lines)
 
 
 def _seed_interval(a: list[float], b: list[float]) -> tuple[float, float] | None:
@@ -566,9 +611,14 @@ def main(argv: list[str] | None = None) -> None:
                    help="further comparisons (the committed pairs) drawn in the rescue picture only")
     p.add_argument("--rules", action="store_true",
                    help="print the decision rules' table (docs/results.md §12) instead of the measures")
+    p.add_argument("--curves", action="store_true",
+                   help="print each arm's learning curves (means over seeds at every evaluated step) instead")
     a = p.parse_args(argv)
     if a.rules:
         print(rules_table(rule_rows(a.dirs)))
+        return
+    if a.curves:
+        print(curves_table([r for d in a.dirs for r in curve_rows(d)]))
         return
     rows = [r for d in a.dirs for r in cell_rows(d)]
     print(table(rows))

@@ -297,3 +297,31 @@ def test_e3_cell_reads_hacpo_against_its_ablations(mech, tmp_path):
     rows = mech.rule_rows([_write(tmp_path, "high", _summary(finals, vs, algos))])
     assert [(r["contrast"], r["verdict"]) for r in rows] == [
         ("hacpo − gspo2x", "undecided"), ("hacpo-noadv − gspo2x", "undecided"), ("hacpo − hacpo-noadv", "gain")]
+
+
+def test_curves_average_each_step_over_the_seeds_that_evaluated_it(mech, tmp_path, capsys):
+    ids = ["add2-trace/07+85", "add2-trace/31+42"]
+    finals = {(algo, agent): [1.0, 0.0] for algo in ("hacpo", "gspo2x") for agent in "ab"}
+    texts = {("hacpo", "a"): ["7+5=12,0+8+1=9>92", "3+1=44,2+6+0=8>73"]}
+    cell = make_cell(tmp_path, "p1-rho1", "add2-trace", ids, finals, texts)
+    seed0 = cell / "runs" / "hacpo" / "seed-0"
+    records = [json.loads(line) for line in (seed0 / "eval_problems.jsonl").read_text().splitlines()]
+    records.append(_record(10, "a", "add2-trace", ids, [0.0, 0.0], ["3+1=44,2+6+0=8>92", "1+2=3,3+4+0=7>73"]))
+    _lines(seed0 / "eval_problems.jsonl", records)
+    seed1 = cell / "runs" / "hacpo" / "seed-1"  # a second seed with no step-10 evaluation, all right at step 30
+    _lines(seed1 / "eval_problems.jsonl", [_record(0, "a", "add2-trace", ids, [0.0, 0.0]),
+                                           _record(30, "a", "add2-trace", ids, [1.0, 1.0])])
+    _lines(seed1 / "metrics.jsonl", [{"step": 1}])
+    summary = json.loads((cell / "summary.json").read_text())
+    summary["runs"].append({"algorithm": "hacpo", "seed": 1, "dir": "elsewhere", "status": "trained"})
+    (cell / "summary.json").write_text(json.dumps(summary))
+    rows = {(r["agent"], r["algorithm"]): r for r in mech.curve_rows(cell)}
+    a = rows["a", "hacpo"]
+    assert a["seeds"] == {0: 2, 10: 1, 30: 2}
+    assert a["acc"] == {0: 0.0, 10: 0.0, 30: 0.75}  # step 30: seed 0 1 of 2, seed 1 2 of 2
+    # texts only in seed 0: step 10 "right, inconsistent" 1 of 2 (92 after a wrong trace), step 30 consistent 1 of 2
+    assert a["right_inconsistent"][10] == 0.5 and a["consistent"][30] == 0.5 and a["consistent"][0] is None
+    assert rows["b", "hacpo"]["seeds"] == {0: 1, 30: 1}  # seed 1 evaluated agent a only
+    mech.main([str(cell), "--curves"])
+    out = capsys.readouterr().out
+    assert "| p1-rho1 | a | hacpo | 1/2 | 0 10 30 | 0.000 0.000 0.750 | – 0.500 0.500 |" in out
