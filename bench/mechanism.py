@@ -154,6 +154,15 @@ def run_measures(run_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def read_summary(comparison: Path) -> dict[str, Any]:
+    """A comparison directory's summary.json; a directory without one is a one-line error naming the fix."""
+    try:
+        return json.loads((comparison / "summary.json").read_text())
+    except FileNotFoundError:
+        raise SystemExit(f"{comparison}: no summary.json (not a finished comparison); write it with the directory's "
+                         f"hacrl compare command and --report-only, or leave the directory out") from None
+
+
 def _run_dir(comparison: Path, run: dict[str, Any]) -> Path:
     """A run's directory: ``<comparison>/runs/<algo>/seed-<n>`` (where compare writes it), else summary's path."""
     local = comparison / "runs" / run["algorithm"] / f"seed-{run['seed']}"
@@ -162,7 +171,7 @@ def _run_dir(comparison: Path, run: dict[str, Any]) -> Path:
 
 def cell_rows(comparison: Path) -> list[dict[str, Any]]:
     """One row per (agent, arm) of a comparison directory: means over seeds, and Δ against gspo2x."""
-    summary = json.loads((comparison / "summary.json").read_text())
+    summary = read_summary(comparison)
     runs: dict[str, dict[int, dict]] = {}
     for run in summary["runs"]:
         d = _run_dir(comparison, run)
@@ -221,7 +230,7 @@ def curve_rows(comparison: Path) -> list[dict[str, Any]]:
     """One row per (agent, arm) of a comparison directory: the mean over seeds of the held-out greedy accuracy at
     every evaluated step (``acc``: step → mean), and on a traced or equation task the same for ``consistent`` and
     ``right_inconsistent``; a step counts only the seeds that evaluated it (``seeds``: step → how many)."""
-    summary = json.loads((comparison / "summary.json").read_text())
+    summary = read_summary(comparison)
     curves: dict[tuple[str, str], list[dict[int, Any]]] = {}
     for run in summary["runs"]:
         d = _run_dir(comparison, run)
@@ -515,20 +524,28 @@ def corrections_row(summary: dict[str, Any], cell: str, agent: str) -> dict[str,
     return row
 
 
-def sister(cell: str) -> str | None:
-    """E2's sister cell (P1 ↔ P2 at the same ρ): ``"p1-rho1"`` → ``"p2-rho1"``; None outside E2.
+def sister(cell: str, cells: Iterable[str] = ()) -> str | None:
+    """E2's sister cell (P1 ↔ P2 at the same ρ): ``"p1-rho1"`` → ``"p2-rho1"``; None outside E2. P1 on the AVX2
+    build (``p1-avx2-rho<ρ>``) has P2 (built there too) as its sister; P2's sister is ``p1-avx2-rho<ρ>`` when that is
+    among ``cells`` (the same build), else ``p1-rho<ρ>``.
 
-    >>> sister("p1-rho1"), sister("p2-rho0"), sister("asym")
-    ('p2-rho1', 'p1-rho0', None)
+    >>> sister("p1-rho1"), sister("p2-rho0"), sister("asym"), sister("p1-avx2-rho0.5")
+    ('p2-rho1', 'p1-rho0', None, 'p2-rho0.5')
+    >>> sister("p2-rho1", ["p1-rho1", "p1-avx2-rho1"]), sister("p2-rho0", ["p1-rho0", "p1-avx2-rho1"])
+    ('p1-avx2-rho1', 'p1-rho0')
     """
     pr = rho_of(cell)
-    if not pr or pr[0] not in ("p1", "p2"):
+    if not pr or pr[0] not in ("p1", "p1-avx2", "p2"):
         return None
-    return cell.replace(pr[0], "p2" if pr[0] == "p1" else "p1", 1)
+    rho = cell.removeprefix(f"{pr[0]}-")
+    if pr[0] != "p2":
+        return f"p2-{rho}"
+    return f"p1-avx2-{rho}" if f"p1-avx2-{rho}" in set(cells) else f"p1-{rho}"
 
 
-def did_row(low: dict[str, Any], high: dict[str, Any], pair: str, agent: str, rival: str) -> dict[str, Any] | None:
-    """E2's primary contrast: [HACPO − X](ρ=1) − [HACPO − X](ρ=0) for one agent, per seed from each summary's
+def did_row(low: dict[str, Any], high: dict[str, Any], pair: str, agent: str, rival: str,
+            rho: float = 1.0) -> dict[str, Any] | None:
+    """E2's primary contrast: [HACPO − X](ρ) − [HACPO − X](ρ=0) for one agent, per seed from each summary's
     final accuracies (``final.by_seed``), with the seed-level t-interval over the seeds both cells share."""
     from hacrl.report.stats import seed_t_interval
 
@@ -544,7 +561,7 @@ def did_row(low: dict[str, Any], high: dict[str, Any], pair: str, agent: str, ri
         return None
     seeds = sorted(set(d0) & set(d1), key=int)
     st = seed_t_interval([d1[s] for s in seeds], [d0[s] for s in seeds])
-    return {"cell": pair, "agent": agent, "contrast": f"[hacpo − {rival}](ρ 1) − (ρ 0)",
+    return {"cell": pair, "agent": agent, "contrast": f"[hacpo − {rival}](ρ {rho:g}) − (ρ 0)",
             "mean": statistics.fmean(d1[s] - d0[s] for s in seeds), "interval": None, "seed_interval": st,
             "n": len(seeds), "verdict": "–" if st is None else ("excludes 0" if not st["includes_zero"] else
                                                                  "includes 0")}
@@ -558,7 +575,7 @@ E1_CONTRASTS = (("naive-recompute", "gspo"), ("naive", "gspo"), ("hacpo", "gspo"
 def rule_rows(dirs: list[Path]) -> list[dict[str, Any]]:
     """Every contrast the rules read, over the cells given: E1's (a cell without gspo2x), each sharing arm
     against gspo2x, rule 1 per agent with its sister cell's sign, and E2's difference-in-differences."""
-    summaries = {d.name: json.loads((d / "summary.json").read_text()) for d in dirs}
+    summaries = {d.name: read_summary(d) for d in dirs}
     rows: list[dict[str, Any]] = []
     for cell, summary in summaries.items():
         algos = summary.get("algorithms", [])
@@ -571,8 +588,9 @@ def rule_rows(dirs: list[Path]) -> list[dict[str, Any]]:
             rows += [r for a, b in pairs if (r := contrast_row(summary, cell, agent, a, b))]
             corr = corrections_row(summary, cell, agent)
             if corr:
-                other = summaries.get(sister(cell) or "")
-                mate = corrections_row(other, sister(cell), agent) if other else None  # type: ignore[arg-type]
+                mate_cell = sister(cell, summaries) or ""
+                other = summaries.get(mate_cell)
+                mate = corrections_row(other, mate_cell, agent) if other else None
                 if corr["corrections"] != "no":
                     if mate is None:
                         corr["corrections"] += "; no sister cell"
@@ -585,10 +603,10 @@ def rule_rows(dirs: list[Path]) -> list[dict[str, Any]]:
                 rows.append(corr)
     for cell in summaries:
         pr = rho_of(cell)
-        if pr and pr[1] == 1.0 and f"{pr[0]}-rho0" in summaries:
+        if pr and pr[1] > 0 and f"{pr[0]}-rho0" in summaries:
             low, high = summaries[f"{pr[0]}-rho0"], summaries[cell]
             for agent in high.get("agents", {}):
-                rows += [r for x in ("imitation", "naive") if (r := did_row(low, high, pr[0], agent, x))]
+                rows += [r for x in ("imitation", "naive") if (r := did_row(low, high, pr[0], agent, x, pr[1]))]
     return rows
 
 

@@ -21,6 +21,7 @@ operators).
 | ``trace-f-weak``, ``trace-f-strong`` | add2-trace | qwen2-base / char | faithful traces | 0.35, 0.65 | E2: F_weak, F_strong |
 | ``trace-c0-weak``, ``trace-c0-strong`` | add2-trace | qwen2-base / char, other init | traces at ρ 0 | 0.35, 0.65 | E2: C_0 |
 | ``trace-c1-weak``, ``trace-c1-strong`` | add2-trace | qwen2-base / char, other init | traces at ρ 1 | 0.35, 0.65 | E2: C_1 |
+| ``trace-c05-weak``, ``trace-c05-strong`` | add2-trace | qwen2-base / char, other init | traces at ρ 0.5 | 0.35, 0.65 | E2 stage B: C_0.5 |
 | ``mixed-plus`` | mixed | qwen2-base / char | "+" only (s 1.0) | 0.35 | E3: SYM-1.0 A |
 | ``mixed-minus-weak``, ``mixed-minus`` | mixed | qwen2-base / char | "−" only (s 1.0) | 0.30, 0.35 | E3: ASYM B, SYM-1.0 B |
 | ``mixed-plus80`` | mixed | qwen2-base / char | "+" share 0.8 | 0.55 | E3: ASYM A |
@@ -167,6 +168,8 @@ PLANS = [
     Plan(**_TRACE, targets={"trace-f-weak": 0.35, "trace-f-strong": 0.65}, stream=("trace", 0.0), seed=2),
     Plan(**_TRACE, targets={"trace-c0-weak": 0.35, "trace-c0-strong": 0.65}, stream=("trace", 0.0), seed=5),
     Plan(**_TRACE, targets={"trace-c1-weak": 0.35, "trace-c1-strong": 0.65}, stream=("trace", 1.0), seed=5),
+    # E2 stage B (ρ 0.5): the same init and targets as C_0 and C_1, half the trace digits redrawn
+    Plan(**_TRACE, targets={"trace-c05-weak": 0.35, "trace-c05-strong": 0.65}, stream=("trace", 0.5), seed=5),
     Plan(**_MIXED, targets={"mixed-plus": 0.35}, stream=("operators", "+", 1.0), seed=2),
     Plan(**_MIXED, targets={"mixed-minus-weak": 0.30, "mixed-minus": 0.35}, stream=("operators", "-", 1.0), seed=2),
     Plan(**_MIXED, targets={"mixed-plus80": 0.55}, stream=("operators", "+", 0.8), seed=2),

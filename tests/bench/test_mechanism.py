@@ -233,6 +233,13 @@ def test_rule_1_takes_the_better_rival_and_needs_both_intervals_and_the_sister_s
         assert rule1[0]["verdict"] == "matter here; " + ending
     alone = [r for r in mech.rule_rows([_write(tmp_path / "alone", "p1-rho1", p1)]) if "max" in r["contrast"]]
     assert alone[0]["verdict"] == "matter here; no sister cell"
+    # P1 rebuilt on the AVX2 machine has P2 (built there) as its sister, and P2 prefers it to the first build's P1
+    root = tmp_path / "avx2"
+    cells = [_write(root, "p1-rho1", p1), _write(root, "p1-avx2-rho1", p1), _write(root, "p2-rho1", flip)]
+    verdicts = {r["cell"]: r["verdict"] for r in mech.rule_rows(cells) if r["contrast"].startswith("hacpo − max")}
+    assert verdicts["p1-avx2-rho1"] == "matter here; sister cell's sign differs: not claimed"
+    assert mech.sister("p2-rho1", ["p1-rho1", "p1-avx2-rho1"]) == "p1-avx2-rho1"
+    assert mech.sister("p2-rho0.5", ["p1-rho1"]) == "p1-rho0.5" and mech.sister("asym", []) is None
 
 
 def test_difference_in_differences_by_seed(mech, tmp_path):
@@ -249,6 +256,10 @@ def test_difference_in_differences_by_seed(mech, tmp_path):
     rows = mech.rule_rows([_write(tmp_path, "p1-rho0", low), _write(tmp_path, "p1-rho1", high)])
     assert [r["contrast"] for r in rows if r["cell"] == "p1"] == ["[hacpo − imitation](ρ 1) − (ρ 0)",
                                                                   "[hacpo − naive](ρ 1) − (ρ 0)"]
+    # stage B: ρ 0.5 against ρ 0 too, labelled with its ρ
+    rows = mech.rule_rows([_write(tmp_path / "b", "p1-avx2-rho0", low), _write(tmp_path / "b", "p1-avx2-rho0.5", high)])
+    did = [r for r in rows if r["cell"] == "p1-avx2"]
+    assert [r["contrast"] for r in did][0] == "[hacpo − imitation](ρ 0.5) − (ρ 0)" and did[0]["mean"] == pytest.approx(0.05)
 
 
 def test_e1_cell_reads_its_own_contrasts(mech, tmp_path):

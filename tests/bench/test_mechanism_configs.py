@@ -20,7 +20,7 @@ from hacrl.report.compare import parse_seeds, parse_variant
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "examples" / "mechanism").glob("*.yaml"))
 CELLS = {"e1-tiny-model", "e1-tiny-state", "sym-0.5", "sym-1.0", "asym", "eq-model", "high", "low",
-         "p1-rho0", "p1-rho1", "p2-rho0", "p2-rho1"}
+         "p1-rho0", "p1-rho1", "p2-rho0", "p2-rho1", "p1-avx2-rho0.5", "p2-rho0.5"}  # the last two: E2 stage B
 E4 = {"e4-unfaithful": 3, "e4-faithful": 1}  # the SmolLM2 confirmation (design §7) and its control: cell -> seeds
 TINY = [p for p in CONFIGS if p.stem not in E4]
 PENDING_ARMS = {"naive-recompute"}  # the E1 arm, issue #45 item 1, lands with its own change
