@@ -1,7 +1,13 @@
 """Fixtures shared by every test directory."""
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -13,3 +19,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script("bench/mechanism.py", "bench_mechanism")``: a repository script that is not in a package
+    (bench/, scripts/) imported by its path under ``name``, registered in sys.modules first (its dataclasses look
+    their module up)."""
+    def load(path: str, name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -3,24 +3,14 @@ chosen is the shipped unfaithful copy (same cache hash), and a wrong variant is 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from hacrl.agents import gguf
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def pre():
-    spec = importlib.util.spec_from_file_location("bench_e4_partner", ROOT / "bench" / "e4_partner.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def pre(load_script):
+    return load_script("bench/e4_partner.py", "bench_e4_partner")
 
 
 def _hash(recipe: dict) -> str:

@@ -4,23 +4,15 @@ against arithmetic done by hand. No training."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def mech():
-    spec = importlib.util.spec_from_file_location("bench_mechanism", ROOT / "bench" / "mechanism.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def mech(load_script):
+    return load_script("bench/mechanism.py", "bench_mechanism")
 
 
 def _lines(path: Path, records: list[dict]) -> None:
