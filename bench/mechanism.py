@@ -139,11 +139,11 @@ def run_measures(run_dir: Path) -> dict[str, dict[str, Any]]:
     for agent in dict.fromkeys(r["agent"] for r in records):
         mine = sorted((r for r in records if r["agent"] == agent), key=lambda r: r["step"])
         m: dict[str, Any] = {}
-        for label, rec in (("start", mine[0]), ("final", mine[-1])):
-            m[label] = {"step": rec["step"], "acc": sum(rec["reward"]) / max(len(rec["reward"]), 1),
-                        "by_op": accuracy_by_operator(rec), "trace": trace_measures(rec)}
         m["curve"] = {rec["step"]: (sum(rec["reward"]) / max(len(rec["reward"]), 1), trace_measures(rec))
-                      for rec in mine}
+                      for rec in mine}  # step -> (accuracy, trace measures): every evaluation, once
+        for label, rec in (("start", mine[0]), ("final", mine[-1])):
+            acc, trace = m["curve"][rec["step"]]
+            m[label] = {"step": rec["step"], "acc": acc, "by_op": accuracy_by_operator(rec), "trace": trace}
         out[agent] = m
     rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r]
     for agent, m in out.items():
