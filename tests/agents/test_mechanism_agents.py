@@ -4,9 +4,7 @@ the plans of scripts/make_mechanism_agents.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,15 +20,10 @@ from hacrl.backends.resolve import resolve_model_path
 from hacrl.data import get_task
 from hacrl.data.tasks import add2_trace_answer, final_number, trace_consistent
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("make_mechanism_agents", ROOT / "scripts" / "make_mechanism_agents.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def script(load_script):
+    return load_script("scripts/make_mechanism_agents.py", "make_mechanism_agents")
 
 
 # ---------------------------------------------------------------- where the agents live
@@ -143,8 +136,7 @@ def test_operator_stream_share(op, share):
 # ---------------------------------------------------------------- the script's plans
 
 
-def test_plans_cover_the_study_and_list(capsys):
-    script = load_script()
+def test_plans_cover_the_study_and_list(script, capsys):
     names = [n for plan in script.PLANS for n in plan.targets]
     assert len(names) == len(set(names))
     for name in ("trace-f-weak", "trace-f-strong", "trace-c0-weak", "trace-c0-strong", "trace-c1-weak",
@@ -163,8 +155,7 @@ def test_plans_cover_the_study_and_list(capsys):
 
 @pytest.mark.model
 @pytest.mark.parametrize(("task", "stream"), [("add2-trace", ("trace", 1.0)), ("mixed", ("operators", "-", 0.8))])
-def test_a_short_plan_writes_an_agent_builtin_finds(task, stream, tmp_path, monkeypatch):
-    script = load_script()
+def test_a_short_plan_writes_an_agent_builtin_finds(task, stream, script, tmp_path, monkeypatch):
     monkeypatch.setenv("HACRL_CACHE", str(tmp_path))
     plan = script.Plan(task=task, arch="qwen2-small", tokenizer="char", lr=1e-2, stream=stream,
                        targets={"short": 0.99}, max_steps=4, eval_every=2)

@@ -4,10 +4,7 @@ gives the command that runs its arms. No model is loaded."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -27,12 +24,10 @@ PENDING_ARMS = {"naive-recompute"}  # the E1 arm, issue #45 item 1, lands with i
 SHIPPED = {"qwen2-char", "qwen2-char-early", "qwen2-char-small", "llama-bpe"}
 
 
-@cache
-def generated_agents() -> frozenset[str]:
-    spec = importlib.util.spec_from_file_location("make_mechanism_agents", ROOT / "scripts" / "make_mechanism_agents.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+@pytest.fixture(scope="module")
+def generated_agents(load_script) -> frozenset[str]:
+    """The agents scripts/make_mechanism_agents.py makes into the cache."""
+    module = load_script("scripts/make_mechanism_agents.py", "make_mechanism_agents")
     return frozenset(n for plan in module.PLANS for n in plan.targets)
 
 
@@ -41,7 +36,7 @@ def test_one_config_per_cell():
 
 
 @pytest.mark.parametrize("path", TINY, ids=lambda p: p.stem)
-def test_cell_config_loads_with_the_tiny_settings(path):
+def test_cell_config_loads_with_the_tiny_settings(path, generated_agents):
     cfg = load_config(path=path)
     assert (cfg.trainer.steps, cfg.trainer.batch_size, cfg.rollout.rollouts_per_prompt) == (30, 16, 8)
     assert (cfg.trainer.eval_size, cfg.trainer.eval_every, cfg.trainer.threads) == (1000, 10, 1)
@@ -54,7 +49,7 @@ def test_cell_config_loads_with_the_tiny_settings(path):
     assert cfg.rollout.max_new_tokens >= max(len(p.answer) for p in task.test_problems(1000)) + 1  # + EOS
     if cfg.task.name == "add2-trace":
         assert cfg.trainer.eval_texts == 1000
-    known = SHIPPED | generated_agents()
+    known = SHIPPED | generated_agents
     for agent in cfg.agents:
         assert agent.model.startswith("builtin:") and agent.model.removeprefix("builtin:") in known
 

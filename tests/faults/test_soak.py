@@ -7,10 +7,8 @@ actors are now made with ``enable_task_events=False``); each agent kept every pr
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -22,19 +20,8 @@ from hacrl.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.model
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
-
-
-def soak_module():
-    spec = importlib.util.spec_from_file_location("soak", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_soak_bench_records_every_process_each_step(tmp_path, capsys):
-    soak = soak_module()
+def test_the_soak_bench_records_every_process_each_step(load_script, tmp_path, capsys):
+    soak = load_script("bench/soak.py", "soak")
     args = argparse.Namespace(backend="local", preset="tiny-test", steps=4, warmup=1, threads=1, eval_every=2,
                               eval_size=5, checkpoint_every=2, out=tmp_path / "soak.json", overrides=[])
     result = soak.run(args)

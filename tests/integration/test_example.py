@@ -1,6 +1,5 @@
 """examples/minimal_hacpo.py is documentation that must keep running."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -26,17 +25,10 @@ def test_minimal_example_runs():
     assert "greedy accuracy" in lines[-1] and "greedy accuracy" in lines[-2]
 
 
-def load_example():
-    spec = importlib.util.spec_from_file_location("minimal_hacpo", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # defines, does not train: training runs under __main__ only
-    return module
-
-
-def test_one_step_of_the_example_is_what_hacrl_core_computes():
+def test_one_step_of_the_example_is_what_hacrl_core_computes(load_script):
     """The example's capability, ω, advantages and per-minibatch loss (value and gradient) on a literal pool
     equal CapabilityTracker, hacpo_advantages and hacpo_loss on the same rows."""
-    ex = load_example()
+    ex = load_script("examples/minimal_hacpo.py", "minimal_hacpo")  # defines, does not train (__main__ does)
     torch.manual_seed(0)
     agents = [ex.Agent("qwen2-char", lr=0.0), ex.Agent("llama-bpe", lr=0.0)]
     batch = [("12+30=", "42"), ("07+08=", "15")]

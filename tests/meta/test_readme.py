@@ -3,7 +3,6 @@ table is what scripts/readme_figure.py makes from the committed comparison, and 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -57,17 +56,9 @@ def test_readme_demo_block_has_the_line_format_the_cli_prints(tmp_path):
                               + "\n".join(res.stdout.splitlines()))
 
 
-def _readme_figure():
-    spec = importlib.util.spec_from_file_location("readme_figure", ROOT / "scripts" / "readme_figure.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_readme_table_is_the_scripts_output():
+def test_readme_table_is_the_scripts_output(load_script):
     """Edit scripts/readme_figure.py, not the table: `python scripts/readme_figure.py` rewrites it."""
-    assert _readme_figure().main(["--check"]) == 0
+    assert load_script("scripts/readme_figure.py", "readme_figure").main(["--check"]) == 0
 
 
 def test_readme_links_and_figure_exist():
