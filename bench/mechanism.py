@@ -339,10 +339,22 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# the study's arms first, so that the commonest keep the darkest shades; the rest of the registry follows
+ARM_ORDER = ("hacpo", "naive", "imitation", "ftis", "luffy", "sgt", "naive-recompute", "gated-group",
+             "hacpo-adaptive", "hacpo-noomega", "hacpo-noadv")
+
+
 def _colours(algos: list[str], plt: Any) -> dict[str, Any]:
-    """One colour per arm, distinct for up to 20 arms: tab20's dark shades first, then its light ones."""
+    """One colour per arm, the same in every picture whichever cells it draws: a registered method keeps its
+    slot (ARM_ORDER, then the registry's other names); a variant (``name@key=value``) takes a slot after them,
+    in the order given. tab20's dark shades first, then its light ones; distinct for up to 20 slots."""
+    from hacrl.learner.algorithms import ALGORITHMS
+
+    fixed = list(dict.fromkeys([*ARM_ORDER, *ALGORITHMS]))
+    variants = [a for a in algos if a not in fixed]
+    slot = {a: fixed.index(a) if a in fixed else len(fixed) + variants.index(a) for a in algos}
     cmap = plt.get_cmap("tab20")
-    return {a: cmap((2 * i) % 20 + (2 * i) // 20 % 2) for i, a in enumerate(algos)}
+    return {a: cmap((2 * i) % 20 + (2 * i) // 20 % 2) for a, i in slot.items()}
 
 
 def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | None = None) -> list[Path]:

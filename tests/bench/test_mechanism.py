@@ -166,6 +166,17 @@ def test_also_draws_committed_pairs_in_the_rescue_picture_only(mech, tmp_path, c
     assert not (tmp_path / "plots" / "delta_vs_rho.png").exists()
 
 
+def test_an_arm_keeps_its_colour_whichever_cells_a_picture_draws(mech):
+    import matplotlib.pyplot as plt
+
+    everything = mech._colours(["imitation@algorithm.imitation_coef=0.3", "luffy", "hacpo", "naive", "ftis"], plt)
+    few = mech._colours(["ftis", "hacpo"], plt)
+    assert few == {"ftis": everything["ftis"], "hacpo": everything["hacpo"]}
+    assert len(set(everything.values())) == 5  # distinct, the variant included
+    variant = mech._colours(["hacpo-adaptive@delta=0.2"], plt)["hacpo-adaptive@delta=0.2"]
+    assert variant != mech._colours(["hacpo-adaptive"], plt)["hacpo-adaptive"]  # a variant is not its base
+
+
 # ---- the decision rules (docs/results.md §12) on literal summary.json contrasts ----
 
 def _vs(mean, lo, hi, seed_lo, seed_hi, n=10):
