@@ -15,7 +15,6 @@ that copy's hash too (``unf-x256e4`` is ``builtin:smollm2-135m-instruct-sft-unfa
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -33,13 +32,6 @@ VARIANTS = {
 }
 
 
-def _mechanism():
-    spec = importlib.util.spec_from_file_location("bench_mechanism", ROOT / "bench" / "mechanism.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("variants", nargs="*", help=f"of {', '.join(VARIANTS)} (default: every one)")
@@ -48,13 +40,14 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         p.error(f"unknown variant {unknown[0]!r}; known: {', '.join(VARIANTS)}")
 
+    from mechanism import equation_measures  # bench/mechanism.py: bench/ is sys.path[0] when this file runs
+
     from hacrl.backends.loading import load_answering_agent
     from hacrl.config import load_config
     from hacrl.data.factory import build_task, task_scorer
     from hacrl.rollout import get_engine
     from hacrl.trainer.evaluation import evaluate_agent_problems
 
-    mech = _mechanism()
     cfg = load_config(path=ROOT / "examples" / "mechanism" / "e4-unfaithful.yaml")
     task = build_task(cfg.task, seed=0, max_new_tokens=cfg.rollout.max_new_tokens)
     problems = task.test_problems(cfg.trainer.eval_size)
@@ -75,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         record = rec.as_dict()
         print(json.dumps({
             "variant": variant, "recipe": VARIANTS[variant], "loss_first": marker["losses"][0],
-            "loss_last": marker["losses"][-1], "acc": res.greedy_acc, **mech.equation_measures(record),
+            "loss_last": marker["losses"][-1], "acc": res.greedy_acc, **equation_measures(record),
             "finished": sum(record["finished"]) / len(record["finished"]), "sft_s": round(t1 - t0),
             "eval_s": round(time.perf_counter() - t1), "texts": record["texts"][:4]}), flush=True)
         del agent
