@@ -115,10 +115,36 @@ def test_group_mean_has_no_std():
     assert [r.omega for r in rows] == [1.0, 1.0, 1.0]
 
 
+def test_capped_baseline_counts_a_weaker_partners_successes_once():
+    # own [1, 1, 0, 0], partner [1, 0, 0, 0]; P̂ 0.6 and 0.3, so ω^(0,1) = 2 and ω^(1,0) = 0.5. The joint std
+    # (unbiased, 3 of 8 right) is √(15/56) = 0.517549.
+    # Learner 0 (stronger): hacpo's baseline (1 + 1 + 2·1)/8 = 0.5 → ±0.5/0.5175 = ±0.9661; capped, ω → 1, the
+    # plain joint mean 3/8 → 0.625/0.5175 = 1.2076 and −0.375/0.5175 = −0.7246.
+    # Learner 1 (weaker): ω 0.5 < 1 is kept, both give (0.5·2 + 1)/8 = 0.25 → 1.4491, −0.4830.
+    omega = omega_matrix(torch.tensor([0.6, 0.3]))
+    rewards = ([1, 1, 0, 0], [1, 0, 0, 0])
+
+    def advantages(name: str, learner: int) -> list[float]:
+        rows = [vrow(0, src, float(r), learner=learner) for src, rs in enumerate(rewards) for r in rs]
+        assign_advantages(rows, learner, ALGORITHMS.get(name), omega)
+        return [r.advantage for r in rows]
+
+    std = math.sqrt(15 / 56)
+    assert advantages("hacpo", 0) == pytest.approx([0.5 / std if r else -0.5 / std for rs in rewards for r in rs],
+                                                   rel=1e-5)
+    assert advantages("hacpo-capbase", 0) == pytest.approx(
+        [0.625 / std if r else -0.375 / std for rs in rewards for r in rs], rel=1e-5)
+    assert advantages("hacpo-capbase", 0) == pytest.approx(advantages("hacpo-noadv", 0))
+    weaker = [0.75 / std if r else -0.25 / std for rs in rewards for r in rs]
+    assert advantages("hacpo-capbase", 1) == pytest.approx(weaker, rel=1e-5)
+    assert advantages("hacpo", 1) == pytest.approx(weaker, rel=1e-5)
+
+
 # ---- the named compositions ---------------------------------------------------------------------------------
 
 COMPOSITIONS = {  # name: (share_prompts, partner_answers, partner_old, partner_weight, advantage, negatives, loss)
     "hacpo": ("all", "group", "author", "hacpo", "hacpo", "keep", "hacpo"),
+    "hacpo-capbase": ("all", "group", "author", "hacpo", "hacpo_capped", "keep", "hacpo"),
     "naive": ("all", "group", "author", "ratio", "group", "keep", "gspo"),
     "imitation": ("all", "group", "none", "nll", "own", "keep", "imitation"),
     "naive-recompute": ("all", "group", "learner", "ratio", "group", "keep", "gspo"),

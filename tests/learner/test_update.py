@@ -115,10 +115,10 @@ def ablation_minibatches(agent) -> list[list[ViewRow]]:
     return mbs
 
 
-def run_algorithm(name: str, agent, mbs, spy) -> list:  # the spy's Call records (conftest.py)
+def run_algorithm(name: str, agent, mbs, spy, cap: torch.Tensor = CAP) -> list:  # the spy's Call records (conftest.py)
     mbs = copy.deepcopy(mbs)
     algo = ALGORITHMS.get(name)
-    assign_advantages([r for mb in mbs for r in mb], 0, algo, omega_matrix(CAP))
+    assign_advantages([r for mb in mbs for r in mb], 0, algo, omega_matrix(cap))
     start = len(spy)
     update_learner(agent, mbs, algo, SETTINGS, micro_batch_size=64, grad_clip=1.0)
     return spy[start:]
@@ -155,6 +155,28 @@ def test_an_ablation_changes_only_what_it_names(spy, ablation, changes):
     assert [c.settings["cross_lower"] for c in plain] == pytest.approx([0.8, 0.825, 0.85])
     # and the loss moves with it
     assert any(abs(p.value - a.value) > 1e-6 for p, a in zip(plain, ablated))
+
+
+@pytest.mark.model
+def test_the_capped_baseline_changes_only_a_stronger_learners_advantages(spy):
+    agent = make_agent()
+    mbs = ablation_minibatches(agent)
+    # learner 0 the weaker (ω^(0,1) = 0.25 < 1): nothing changes
+    weaker = [differences(p, a) for p, a in zip(run_algorithm("hacpo", agent, mbs, spy),
+                                                run_algorithm("hacpo-capbase", agent, mbs, spy), strict=True)]
+    assert set().union(*weaker) == set()
+    # learner 0 the stronger (ω 4): each prompt's 3 right answers of 6 give hacpo a baseline of (1 + 4·2)/6 = 1.5,
+    # above every reward, so it falls back to the learner's own mean ½; capped, the plain mean ½ as well. Make the
+    # partner's answers all wrong but one: hacpo (1 + 4)/6 = 5/6, capped 2/6
+    for mb in mbs:
+        mb[4].reward = 0.0
+    strong = torch.flip(CAP, [0])
+    plain, capped = run_algorithm("hacpo", agent, mbs, spy, strong), run_algorithm("hacpo-capbase", agent, mbs, spy,
+                                                                                       strong)
+    assert set().union(*(differences(p, a) for p, a in zip(plain, capped, strict=True))) == {"advantages_B"}
+    std = math.sqrt((2 * (4 / 6) ** 2 * 1 + 4 * (2 / 6) ** 2) / 5)  # rewards [1, 0 | 1, 0, 0, 0], mean ⅓
+    assert plain[0].inputs.advantages_B[0].item() == pytest.approx((1 - 5 / 6) / std, rel=1e-5)
+    assert capped[0].inputs.advantages_B[0].item() == pytest.approx((1 - 2 / 6) / std, rel=1e-5)
 
 
 @pytest.mark.model

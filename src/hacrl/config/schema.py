@@ -202,8 +202,9 @@ class AlgorithmConfig(_Section):
     partner_weight: Literal["hacpo", "ratio", "nll", "truncated_is", "gate", "shaping"] | None = Field(
         None, description="a partner answer's weight: hacpo's window, GSPO's clip as own (ratio), λ·NLL, "
         "min(s, is_cap), GRAFT's gate 1[s > gate_threshold]·min(s, 1), LUFFY's π/(π+γ); default: the algorithm's")
-    advantage: Literal["hacpo", "group", "group_mean", "own", "partner"] | None = Field(
-        None, description="the advantage: hacpo's capability-aware one, the joint group's (group_mean: no std), "
+    advantage: Literal["hacpo", "hacpo_capped", "group", "group_mean", "own", "partner"] | None = Field(
+        None, description="the advantage: hacpo's capability-aware one (hacpo_capped: ω ≤ 1 in its baseline), "
+        "the joint group's (group_mean: no std), "
         "the learner's own group's (0 on partner answers), or each author's own group's; default: the algorithm's")
     negatives: Literal["keep", "drop", "veto"] | None = Field(
         None, description="the partner loss's negative partner answers: keep, drop all, or drop those with "

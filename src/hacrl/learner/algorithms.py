@@ -13,6 +13,8 @@
 |                 |                       | baseline; λ = ``algorithm.imitation_coef``)             |
 | grpo            | G per agent, private  | own G, token-level ratio (default ε 0.2 / 0.28)         |
 | hacpo-noadv     | as hacpo              | plain joint-mean baseline (the paper's "−Adv")          |
+| hacpo-capbase   | as hacpo              | ω ≤ 1 in the baseline: a weaker partner's successes     |
+|                 |                       | count once there, never ω > 1 times (ours)              |
 | hacpo-noomega   | as hacpo              | ω = 1 in the update, kept in the baseline ("−ω")        |
 | hacpo-alpha0    | as hacpo              | α = 0 (no exponential IS)                               |
 | hacpo-nostep    | as hacpo              | fixed cross window [1−δ, 1] ("no Stepwise")             |
@@ -52,7 +54,7 @@ own), so that ``--algos hacpo@share_prompts=learner_failed`` composes a variant 
   pass, ``recompute_partner_old``) or none (a term without a ratio);
 - ``partner_weight``: hacpo (loss hacpo), ratio (GSPO's clip, the row as own: loss gspo), nll (loss imitation),
   truncated_is, gate, shaping (loss partner, ``hacrl.core.partner``);
-- ``advantage`` (``sharing.ADVANTAGES``): hacpo, group, group_mean, own, partner;
+- ``advantage`` (``sharing.ADVANTAGES``): hacpo, hacpo_capped, group, group_mean, own, partner;
 - ``negatives`` (``hacrl.core.partner.NEGATIVE_FILTERS``, the partner loss): keep, drop, veto.
 """
 
@@ -102,7 +104,7 @@ INGREDIENTS: dict[str, tuple[str, ...]] = {
     "partner_answers": ("group", "correct", "one_correct"),
     "partner_old": ("author", "learner", "none"),
     "partner_weight": tuple(PARTNER_WEIGHT_LOSS),
-    "advantage": ("hacpo", "group", "group_mean", "own", "partner"),
+    "advantage": ("hacpo", "hacpo_capped", "group", "group_mean", "own", "partner"),
     "negatives": ("keep", "drop", "veto"),
 }
 
@@ -119,6 +121,9 @@ for _algo in (
     Algorithm("imitation", shares_pool=True, advantage="own", loss="imitation", use_omega=False,
               partner_old="none", partner_weight="nll"),
     Algorithm("hacpo-noadv", shares_pool=True, advantage="hacpo", loss="hacpo", capability_aware=False),
+    # HACPO with ω^(k,j) capped at 1 in the baseline only (docs/results.md §12.12): ω > 1 counts a weaker partner's
+    # successes more than once in a stronger learner's baseline, which lowers its own right answers' advantage
+    Algorithm("hacpo-capbase", shares_pool=True, advantage="hacpo_capped", loss="hacpo"),
     Algorithm("hacpo-noomega", shares_pool=True, advantage="hacpo", loss="hacpo", use_omega=False),
     Algorithm("hacpo-alpha0", shares_pool=True, advantage="hacpo", loss="hacpo", alpha_zero=True),
     Algorithm("hacpo-nostep", shares_pool=True, advantage="hacpo", loss="hacpo", stepwise=False),

@@ -105,6 +105,15 @@ def _hacpo(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: i
                             capability_aware=capability_aware)
 
 
+def _hacpo_capped(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
+                  capability_aware: bool) -> Tensor:
+    """HACPO's advantage with ω ≤ 1 in the baseline: a learner discounts a stronger partner's successes as HACPO
+    does, but counts a weaker partner's once, as the plain joint mean, never ω > 1 times (this project's variant:
+    HACPO's ω > 1 raises a stronger learner's baseline and lowers the advantage of its own right answers)."""
+    return hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, omega=omega_N.clamp(max=1.0),
+                            capability_aware=capability_aware)
+
+
 def _group(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
            capability_aware: bool) -> Tensor:
     """The plain mean/std advantage of the joint group (every row the learner sees of the prompt)."""
@@ -134,6 +143,6 @@ def _partner(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner:
     return group_advantages(rewards_B, groups_B * n_sources + sources_B)
 
 
-for _name, _fn in (("hacpo", _hacpo), ("group", _group), ("group_mean", _group_mean), ("own", _own),
-                   ("partner", _partner)):
+for _name, _fn in (("hacpo", _hacpo), ("hacpo_capped", _hacpo_capped), ("group", _group),
+                   ("group_mean", _group_mean), ("own", _own), ("partner", _partner)):
     ADVANTAGES.add(_name, _fn)

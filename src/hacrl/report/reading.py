@@ -230,7 +230,7 @@ def _window_reading(algo: str, diag: dict[str, Any], window_of: dict[str, Any], 
 def _omega_reading(algo: str, diag: dict[str, Any]) -> list[str]:
     """What the capability ratio ω did: unused, near 1, or the largest one and where the algorithm uses it."""
     algorithm = algorithm_of(algo)
-    in_baseline = algorithm.advantage == "hacpo" and algorithm.capability_aware
+    in_baseline = algorithm.advantage in ("hacpo", "hacpo_capped") and algorithm.capability_aware
     in_update = algorithm.loss == "hacpo" and algorithm.use_omega
     omegas = [(a, o, v["mean"]) for a, d in diag.items() for o, v in d["omega"].items() if v["mean"] is not None]
     if not omegas:
