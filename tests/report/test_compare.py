@@ -104,7 +104,7 @@ def _compare_args(*argv):
     (["--algos", "hacpo,ppo"], "unknown algorithm 'ppo'"),
     (["--algos", "hacpo,,gspo"], "comma-separated"),
     (["--algos", "gspo,gspo"], "listed twice"),
-    (["--seeds", "0"], "at least 1 seed"),
+    (["--seeds", "0"], "a bare number counts seeds, and at least 1 seed is needed (2 or more for the paired tests); seed 0 alone is 0-0"),
     (["--seeds", "two"], "number of seeds"),
     (["--set", "run.seed=3"], "--seeds"),
     (["--set", "algorithm.name=gspo"], "--algos"),

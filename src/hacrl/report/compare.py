@@ -124,7 +124,8 @@ def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
         seeds = values if is_list else values[0]
     if isinstance(seeds, int):
         if seeds < 1:
-            raise ConfigError(f"--seeds {seeds}: at least 1 seed is needed (2 or more for the paired tests)")
+            raise ConfigError(f"--seeds {seeds}: a bare number counts seeds, and at least 1 seed is needed (2 or more "
+                              "for the paired tests); seed 0 alone is 0-0")
         return list(range(seeds))
     out = [int(s) for s in seeds]
     if not out:
