@@ -580,6 +580,8 @@ def did_row(low: dict[str, Any], high: dict[str, Any], pair: str, agent: str, ri
 
 
 ABLATIONS = ("hacpo-noomega", "hacpo-noadv")  # E3's: HACPO without ω, without the capability-aware advantage
+# §12.12's: HACPO with ω ≤ 1 in its baseline, against HACPO and against the plain baseline
+CAPPED = (("hacpo-capbase", "hacpo"), ("hacpo-capbase", "hacpo-noadv"))
 E1_CONTRASTS = (("naive-recompute", "gspo"), ("naive", "gspo"), ("hacpo", "gspo"), ("naive-recompute", "naive"),
                 ("hacpo", "naive"))
 
@@ -597,6 +599,7 @@ def rule_rows(dirs: list[Path]) -> list[dict[str, Any]]:
             else:  # each arm against gspo2x, and HACPO against its ablations where the summary pairs them
                 pairs = [(a, BASELINE) for a in algos if a != BASELINE]
                 pairs += [("hacpo", a) for a in ABLATIONS if a in algos and "hacpo" in algos]
+                pairs += [(a, b) for a, b in CAPPED if a in algos and b in algos]
             rows += [r for a, b in pairs if (r := contrast_row(summary, cell, agent, a, b))]
             corr = corrections_row(summary, cell, agent)
             if corr:

@@ -313,6 +313,18 @@ def test_e3_cell_reads_hacpo_against_its_ablations(mech, tmp_path):
         ("hacpo − gspo2x", "undecided"), ("hacpo-noadv − gspo2x", "undecided"), ("hacpo − hacpo-noadv", "gain")]
 
 
+def test_the_capped_baseline_is_read_against_hacpo_and_the_plain_baseline(mech, tmp_path):
+    algos = ("hacpo", "hacpo-noadv", "hacpo-capbase", "gspo2x")
+    finals = {(a, "s"): {"0": 0.5} for a in algos}
+    vs = {(a, "gspo2x", "s"): _vs(0.0, -0.01, 0.01, -0.01, 0.01) for a in algos[:3]}
+    vs |= {("hacpo", "hacpo-noadv", "s"): _vs(-0.03, -0.05, -0.01, -0.05, -0.01),
+           ("hacpo-capbase", "hacpo", "s"): _vs(0.03, 0.01, 0.05, 0.012, 0.048),
+           ("hacpo-capbase", "hacpo-noadv", "s"): _vs(0.0, -0.01, 0.01, -0.01, 0.01)}
+    rows = mech.rule_rows([_write(tmp_path, "p2-rho0", _summary(finals, vs, algos))])
+    assert [(r["contrast"], r["verdict"]) for r in rows][3:] == [
+        ("hacpo − hacpo-noadv", "loss"), ("hacpo-capbase − hacpo", "gain"), ("hacpo-capbase − hacpo-noadv", "null")]
+
+
 def test_curves_average_each_step_over_the_seeds_that_evaluated_it(mech, tmp_path, capsys):
     ids = ["add2-trace/07+85", "add2-trace/31+42"]
     finals = {(algo, agent): [1.0, 0.0] for algo in ("hacpo", "gspo2x") for agent in "ab"}
