@@ -174,7 +174,7 @@ def test_the_capped_baseline_changes_only_a_stronger_learners_advantages(spy):
     plain, capped = run_algorithm("hacpo", agent, mbs, spy, strong), run_algorithm("hacpo-capbase", agent, mbs, spy,
                                                                                        strong)
     assert set().union(*(differences(p, a) for p, a in zip(plain, capped, strict=True))) == {"advantages_B"}
-    std = math.sqrt((2 * (4 / 6) ** 2 * 1 + 4 * (2 / 6) ** 2) / 5)  # rewards [1, 0 | 1, 0, 0, 0], mean ⅓
+    std = math.sqrt((2 * (2 / 3) ** 2 + 4 * (1 / 3) ** 2) / 5)  # rewards [1, 0 | 1, 0, 0, 0]: mean ⅓, unbiased
     assert plain[0].inputs.advantages_B[0].item() == pytest.approx((1 - 5 / 6) / std, rel=1e-5)
     assert capped[0].inputs.advantages_B[0].item() == pytest.approx((1 - 2 / 6) / std, rel=1e-5)
 
