@@ -332,6 +332,36 @@ def test_phase_seconds_count_each_phase_once():
 
 
 @pytest.mark.model
+def test_a_finished_run_whose_checkpoints_were_deleted_by_hand_is_reused_not_wiped(comparison, tiny_models,
+                                                                                  tmp_path):
+    # checkpoints/ removed outside hacrl, so compare.json carries no "checkpoints_removed" note: the record's
+    # last invocation finished, so the run is reused from its records and none of them is touched
+    src, _, _ = comparison
+    out = tmp_path / "cmp"
+    shutil.copytree(src, out)
+    for run in _run_dirs(out):
+        shutil.rmtree(run / "checkpoints")
+        assert "checkpoints_removed" not in json.loads((run / "compare.json").read_text())
+    before = {p: p.read_bytes() for p in out.glob("runs/**/*") if p.is_file() and p.name != ".hacrl.lock"}
+    lines: list[str] = []
+    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append, dry_run=True)
+    assert sum(line.endswith("finished: reused") for line in lines) == 4, lines
+    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append)
+    assert {p: p.read_bytes() for p in before} == before
+    assert json.loads((out / "summary.json").read_text())["results"] == \
+        json.loads((src / "summary.json").read_text())["results"]
+
+    # a run stopped part-way whose checkpoints are gone has nothing to resume from: it is trained again
+    run = out / "runs" / "gspo" / "seed-0"
+    record = json.loads((run / "compare.json").read_text())
+    record["invocations"][-1]["status"] = "stopped"
+    (run / "compare.json").write_text(json.dumps(record))
+    lines.clear()
+    run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append, dry_run=True)
+    assert any(line.startswith("[2/4] gspo seed 0: restart from scratch") for line in lines), lines
+
+
+@pytest.mark.model
 def test_finished_runs_without_checkpoints_are_reused_and_never_deleted(comparison, tiny_models,
                                                                         tmp_path):
     src, _, _ = comparison

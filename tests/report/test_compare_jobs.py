@@ -278,13 +278,20 @@ def test_a_stopped_ray_comparison_stops_its_tasks_at_a_step_and_resumes(tiny_mod
 
 @pytest.mark.model
 def test_lanes_remove_the_checkpoints_of_finished_runs_when_asked(tiny_models, tmp_path):  # noqa: F811
+    # 3 runs in 2 lanes: the first run's checkpoints go as it finishes, before the last run has finished (a
+    # comparison stopped part-way keeps none of a finished run's)
     out = tmp_path / "cmp"
-    run_comparison("tiny-test", "hacpo,gspo", 1, _overrides(tiny_models), out, jobs=2, keep_checkpoints="none",
-                   log=lambda _: None)
-    for algo in ("hacpo", "gspo"):
+    lines: list[str] = []
+    run_comparison("tiny-test", "hacpo,gspo,naive", 1, _overrides(tiny_models), out, jobs=2,
+                   keep_checkpoints="none", log=lines.append)
+    removed = [i for i, line in enumerate(lines) if line.startswith("    removed the checkpoints of")]
+    done = [i for i, line in enumerate(lines) if ": trained in " in line]
+    assert len(removed) == len(done) == 3, lines
+    assert removed[0] < done[-1], lines
+    for algo in ("hacpo", "gspo", "naive"):
         run = out / "runs" / algo / "seed-0"
         assert not (run / "checkpoints").exists()
         assert json.loads((run / "compare.json").read_text())["checkpoints_removed"] is True
-    lines: list[str] = []
-    run_comparison("tiny-test", "hacpo,gspo", 1, _overrides(tiny_models), out, jobs=2, log=lines.append)
-    assert sum("reused" in line for line in lines) == 2 and not any(line.startswith("lanes") for line in lines)
+    lines.clear()
+    run_comparison("tiny-test", "hacpo,gspo,naive", 1, _overrides(tiny_models), out, jobs=2, log=lines.append)
+    assert sum("reused" in line for line in lines) == 3 and not any(line.startswith("lanes") for line in lines)

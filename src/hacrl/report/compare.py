@@ -9,7 +9,8 @@
 
 Runs are resumable: a run whose final checkpoint (step == trainer.steps) exists is reused, one with an
 earlier checkpoint is resumed from it, and a run directory without any complete checkpoint is wiped and
-trained from scratch. Seed ``s`` sets ``run.seed=s`` and nothing else, so for a given seed every algorithm
+trained from scratch, unless its record says it finished (checkpoints removed by ``--keep-checkpoints none``
+or by hand): that one is reused from its records. Seed ``s`` sets ``run.seed=s`` and nothing else, so for a given seed every algorithm
 starts from the same checkpoints and sees the same prompt stream.
 
 The parts: :mod:`hacrl.report.runs` (one run directory: plan, train or resume, read back),
@@ -255,18 +256,16 @@ def run_comparison(
     if report_only:
         plans = finished_only(plans, algos, output_dir, log)
     start = time.perf_counter()
-    in_lanes = jobs > 1 and todo > 0 and not report_only
-    if in_lanes:
-        outcomes = _run_in_lanes(plans, jobs, jobs_backend, base.backend.address, log, log_steps)
+    # --keep-checkpoints none: each run's go as it finishes (a reused one's at once), not when the comparison
+    # ends, so that one stopped part-way keeps no finished run's checkpoints
+    finished = (lambda plan: _remove_checkpoints(plan, log)) if keep_checkpoints == "none" else (lambda plan: None)
+    if jobs > 1 and todo > 0 and not report_only:
+        outcomes = _run_in_lanes(plans, jobs, jobs_backend, base.backend.address, log, log_steps, finished)
     else:
         outcomes = []
         for i, plan in enumerate(plans, 1):
             outcomes.append(execute_run(plan, f"[{i}/{len(plans)}] {plan.algo} seed {plan.seed}", log, log_steps))
-            if keep_checkpoints == "none":
-                _remove_checkpoints(plan, log)
-    if in_lanes and keep_checkpoints == "none":
-        for plan in plans:
-            _remove_checkpoints(plan, log)
+            finished(plan)
     wall = time.perf_counter() - start
     meta = {
         "command": command, "preset": preset, "config_path": str(config_path) if config_path else None,
@@ -293,18 +292,20 @@ def _lane_threads(overrides: Sequence[str], jobs: int, jobs_backend: str) -> int
 
 
 def _run_in_lanes(plans: Sequence[RunPlan], jobs: int, backend: str, address: str | None,
-                  log: Callable[[str], None], log_steps: bool) -> list[RunOutcome]:
+                  log: Callable[[str], None], log_steps: bool,
+                  finished: Callable[[RunPlan], None]) -> list[RunOutcome]:
     """The outcomes of ``plans`` in their order: the finished runs read here, the others trained ``jobs`` at a
-    time (:func:`hacrl.report.parallel.run_jobs`)."""
+    time (:func:`hacrl.report.parallel.run_jobs`); ``finished(plan)`` as each run is read or finishes."""
     labels = [f"[{i}/{len(plans)}] {p.algo} seed {p.seed}" for i, p in enumerate(plans, 1)]
     outcomes: dict[int, RunOutcome] = {}
     lanes = []
     for i, (plan, label) in enumerate(zip(plans, labels, strict=True)):
         if plan.action == "reuse":
             outcomes[i] = execute_run(plan, label, log, log_steps)
+            finished(plan)
         else:
             lanes.append(Job(i, plan, label))
-    outcomes.update(run_jobs(lanes, jobs, log, log_steps, backend, address))
+    outcomes.update(run_jobs(lanes, jobs, log, log_steps, backend, address, on_done=lambda job: finished(job.plan)))
     return [outcomes[i] for i in range(len(plans))]
 
 

@@ -155,12 +155,14 @@ class _Stops:
 class _LocalLanes:
     """The parent's side of local lanes: start processes, take their messages, reap them."""
 
-    def __init__(self, jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_steps: bool) -> None:
+    def __init__(self, jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_steps: bool,
+                 on_done: Callable[[Job], None] | None = None) -> None:
         import multiprocessing as mp
 
         self.ctx = mp.get_context("spawn")
         self.messages = self.ctx.Queue()
         self.waiting, self.lanes, self.log, self.log_steps = list(jobs), lanes, log, log_steps
+        self.on_done = on_done
         self.by_index = {j.index: j for j in jobs}
         self.running: dict[int, Any] = {}  # index → process
         self.started: dict[int, float] = {}
@@ -194,6 +196,8 @@ class _LocalLanes:
         self.running.pop(index).join()  # first: a failed lane is not among those asked to stop
         if kind == "done":
             self.outcomes[index] = payload
+            if self.on_done is not None:
+                self.on_done(self.by_index[index])
         elif kind == "stopped":
             self.stopped.append(self.by_index[index])
         else:
@@ -256,11 +260,12 @@ class _LocalLanes:
         return self.outcomes
 
 
-def run_local(jobs: Sequence[Job], lanes: int, log: Callable[[str], None],
-              log_steps: bool) -> dict[int, RunOutcome]:
+def run_local(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_steps: bool,
+              on_done: Callable[[Job], None] | None = None) -> dict[int, RunOutcome]:
     """Train ``jobs`` ``lanes`` at a time, each in its own process; index → outcome of every finished job.
+    ``on_done(job)`` is called in this process as each job finishes, while the others train.
     Raises KeyboardInterrupt when stopped (the finished ones stay finished), a job's error when one fails."""
-    return _LocalLanes(jobs, lanes, log, log_steps).run()
+    return _LocalLanes(jobs, lanes, log, log_steps, on_done).run()
 
 
 # ---- Ray: one task per run --------------------------------------------------------------------------------
@@ -294,7 +299,7 @@ def _ray_job(job: Job, log_steps: bool) -> tuple[str, Any]:
 
 
 def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_steps: bool,
-            address: str | None) -> dict[int, RunOutcome]:
+            address: str | None, on_done: Callable[[Job], None] | None = None) -> dict[int, RunOutcome]:
     """Train ``jobs`` as Ray tasks, at most ``lanes`` in flight, each reserving :func:`run_resources`. Joins
     the cluster at ``address`` (a local instance without one; the one already started in this process if
     any). The first SIGINT/SIGTERM cancels the tasks gently (Ray calls the task's SIGINT handler: a run in
@@ -351,6 +356,8 @@ def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_ste
                         kind, payload = "error", (None, f"its Ray task failed: {exc}")
                     if kind == "done":
                         outcomes[job.index] = payload
+                        if on_done is not None:
+                            on_done(job)
                     elif kind == "error" and failure is None:
                         failure = (job, payload)
                         for other in refs:
@@ -366,10 +373,12 @@ def run_ray(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_ste
 
 
 def run_jobs(jobs: Sequence[Job], lanes: int, log: Callable[[str], None], log_steps: bool,
-             backend: str = "local", address: str | None = None) -> dict[int, RunOutcome]:
-    """Train ``jobs``, ``lanes`` at a time, in local processes or Ray tasks; index → outcome."""
+             backend: str = "local", address: str | None = None,
+             on_done: Callable[[Job], None] | None = None) -> dict[int, RunOutcome]:
+    """Train ``jobs``, ``lanes`` at a time, in local processes or Ray tasks; index → outcome. ``on_done(job)``
+    runs here as each job finishes (``--keep-checkpoints none`` removes its checkpoints then)."""
     if backend not in JOBS_BACKENDS:
         raise ConfigError(f"--jobs-backend must be one of {', '.join(JOBS_BACKENDS)}, got {backend!r}")
     if backend == "ray":
-        return run_ray(jobs, lanes, log, log_steps, address)
-    return run_local(jobs, lanes, log, log_steps)
+        return run_ray(jobs, lanes, log, log_steps, address, on_done)
+    return run_local(jobs, lanes, log, log_steps, on_done)

@@ -94,11 +94,16 @@ def mark_stopped(run_dir: Path, since: float) -> bool:
     return True
 
 
+FINISHED = ("trained", "resumed", "restarted")  # an invocation's status once its trainer reached trainer.steps
+
+
 def pruned_run_steps(run_dir: Path) -> int | None:
-    """The steps a finished run reached whose checkpoints ``remove_checkpoints`` deleted (its record says so
-    and metrics.jsonl holds that step); None for any other directory."""
+    """The steps a finished run reached whose checkpoints are gone (its metrics.jsonl holds that step); None for
+    any other directory. Gone by ``remove_checkpoints`` (its record says so), or by hand: a record whose last
+    invocation finished is a finished run, never one to wipe and train again."""
     record = read_record(run_dir)
-    if not record.get("checkpoints_removed"):
+    invocations = record.get("invocations") or [{}]
+    if not record.get("checkpoints_removed") and invocations[-1].get("status") not in FINISHED:
         return None
     reached = max((int(inv.get("to_step") or 0) for inv in record.get("invocations", [])), default=0)
     if not any(int(r.get("step", -1)) == reached for r in read_jsonl(run_dir / "metrics.jsonl")):
