@@ -339,22 +339,24 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# the study's arms first, so that the commonest keep the darkest shades; the rest of the registry follows
+# one colour slot per arm that learns from a partner, append-only (a test holds every registered sharing method to
+# it): the study's arms first, so that the commonest keep the darkest shades. Registering a method, or a table
+# adding one, never moves another arm's colour; variants (``name@key=value``) count down from the last slot
 ARM_ORDER = ("hacpo", "naive", "imitation", "ftis", "luffy", "sgt", "naive-recompute", "gated-group",
-             "hacpo-adaptive", "hacpo-noomega", "hacpo-noadv")
+             "hacpo-adaptive", "hacpo-noomega", "hacpo-noadv", "hacpo-alpha0", "hacpo-noclip", "hacpo-nostep",
+             "hacpo-capbase")
+SLOTS = 20  # tab20
 
 
 def _colours(algos: list[str], plt: Any) -> dict[str, Any]:
-    """One colour per arm, the same in every picture whichever cells it draws: a registered method keeps its
-    slot (ARM_ORDER, then the registry's other names); a variant (``name@key=value``) takes a slot after them,
-    in the order given. tab20's dark shades first, then its light ones; distinct for up to 20 slots."""
-    from hacrl.learner.algorithms import ALGORITHMS
-
-    fixed = list(dict.fromkeys([*ARM_ORDER, *ALGORITHMS]))
-    variants = [a for a in algos if a not in fixed]
-    slot = {a: fixed.index(a) if a in fixed else len(fixed) + variants.index(a) for a in algos}
+    """One colour per arm, the same in every picture whichever cells it draws: an arm of ARM_ORDER keeps its
+    slot; a variant (``name@key=value``), or an arm not listed there, takes a slot from the last one down, in the
+    order given. tab20's dark shades first, then its light ones; distinct for up to 20 arms in one picture."""
+    listed = [a for a in algos if a in ARM_ORDER]
+    others = [a for a in algos if a not in ARM_ORDER]
+    slot = {a: ARM_ORDER.index(a) for a in listed} | {a: (SLOTS - 1 - i) % SLOTS for i, a in enumerate(others)}
     cmap = plt.get_cmap("tab20")
-    return {a: cmap((2 * i) % 20 + (2 * i) // 20 % 2) for a, i in slot.items()}
+    return {a: cmap((2 * i) % SLOTS + (2 * i) // SLOTS % 2) for a, i in slot.items()}
 
 
 def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | None = None) -> list[Path]:

@@ -175,6 +175,18 @@ def test_an_arm_keeps_its_colour_whichever_cells_a_picture_draws(mech):
     assert len(set(everything.values())) == 5  # distinct, the variant included
     variant = mech._colours(["hacpo-adaptive@delta=0.2"], plt)["hacpo-adaptive@delta=0.2"]
     assert variant != mech._colours(["hacpo-adaptive"], plt)["hacpo-adaptive"]  # a variant is not its base
+    # a variant's colour does not depend on which registered arms exist or are drawn beside it
+    assert mech._colours(["hacpo-capbase", "imitation@lam=0.3"], plt)["imitation@lam=0.3"] == \
+        mech._colours(["imitation@lam=0.3"], plt)["imitation@lam=0.3"]
+    assert len(set(mech._colours([*mech.ARM_ORDER, "a@x=1", "b@x=1", "c@x=1", "d@x=1", "e@x=1"], plt).values())) == 20
+
+
+def test_every_registered_sharing_method_has_a_fixed_colour_slot(mech):
+    from hacrl.learner.algorithms import ALGORITHMS
+
+    sharing = {name for name in ALGORITHMS if ALGORITHMS.get(name).shares_pool}
+    assert sharing <= set(mech.ARM_ORDER), f"append {sorted(sharing - set(mech.ARM_ORDER))} to ARM_ORDER"
+    assert len(mech.ARM_ORDER) == len(set(mech.ARM_ORDER)) <= mech.SLOTS
 
 
 # ---- the decision rules (docs/results.md §12) on literal summary.json contrasts ----
