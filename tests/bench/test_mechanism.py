@@ -166,7 +166,7 @@ def test_also_draws_committed_pairs_in_the_rescue_picture_only(mech, tmp_path, c
     assert not (tmp_path / "plots" / "delta_vs_rho.png").exists()
 
 
-def test_an_arm_keeps_its_colour_whichever_cells_a_picture_draws(mech):
+def test_an_arm_keeps_its_colour_whichever_cells_a_picture_draws(mech, monkeypatch):
     import matplotlib.pyplot as plt
 
     everything = mech._colours(["imitation@algorithm.imitation_coef=0.3", "luffy", "hacpo", "naive", "ftis"], plt)
@@ -175,9 +175,12 @@ def test_an_arm_keeps_its_colour_whichever_cells_a_picture_draws(mech):
     assert len(set(everything.values())) == 5  # distinct, the variant included
     variant = mech._colours(["hacpo-adaptive@delta=0.2"], plt)["hacpo-adaptive@delta=0.2"]
     assert variant != mech._colours(["hacpo-adaptive"], plt)["hacpo-adaptive"]  # a variant is not its base
-    # a variant's colour does not depend on which registered arms exist or are drawn beside it
-    assert mech._colours(["hacpo-capbase", "imitation@lam=0.3"], plt)["imitation@lam=0.3"] == \
-        mech._colours(["imitation@lam=0.3"], plt)["imitation@lam=0.3"]
+    # a method appended to the slots (a new registration) moves no other arm's colour, a variant's included
+    before = mech._colours(["imitation@lam=0.3", "hacpo-capbase"], plt)
+    monkeypatch.setattr(mech, "ARM_ORDER", (*mech.ARM_ORDER, "new-method"))
+    assert mech._colours(["imitation@lam=0.3", "hacpo-capbase", "new-method"], plt) == \
+        before | {"new-method": mech._colours(["new-method"], plt)["new-method"]}
+    monkeypatch.undo()
     assert len(set(mech._colours([*mech.ARM_ORDER, "a@x=1", "b@x=1", "c@x=1", "d@x=1", "e@x=1"], plt).values())) == 20
 
 
