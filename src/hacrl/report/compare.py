@@ -10,8 +10,8 @@
 Runs are resumable: a run whose final checkpoint (step == trainer.steps) exists is reused, one with an
 earlier checkpoint is resumed from it, and a run directory without any complete checkpoint is wiped and
 trained from scratch, unless its record says it finished (checkpoints removed by ``--keep-checkpoints none``
-or by hand): that one is reused from its records. Seed ``s`` sets ``run.seed=s`` and nothing else, so for a given seed every algorithm
-starts from the same checkpoints and sees the same prompt stream.
+or by hand): that one is reused from its records. Seed ``s`` sets ``run.seed=s`` and nothing else, so for a
+given seed every algorithm starts from the same checkpoints and sees the same prompt stream.
 
 The parts: :mod:`hacrl.report.runs` (one run directory: plan, train or resume, read back),
 :mod:`hacrl.report.stats` (the paired statistics, :func:`~hacrl.report.stats.paired_difference`: pure, tested
