@@ -193,6 +193,11 @@ def _run_dirs(out):
     return [out / "runs" / a / f"seed-{s}" for a in ALGOS.split(",") for s in range(SEEDS)]
 
 
+def _files(root):
+    """Every file under ``root`` but the lock files, path → bytes: what a call must leave untouched."""
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != ".hacrl.lock"}
+
+
 @pytest.mark.model
 def test_comparison_writes_every_table_and_plot(comparison):
     out, report, lines = comparison
@@ -342,7 +347,7 @@ def test_a_finished_run_whose_checkpoints_were_deleted_by_hand_is_reused_not_wip
     for run in _run_dirs(out):
         shutil.rmtree(run / "checkpoints")
         assert "checkpoints_removed" not in json.loads((run / "compare.json").read_text())
-    before = {p: p.read_bytes() for p in out.glob("runs/**/*") if p.is_file() and p.name != ".hacrl.lock"}
+    before = _files(out / "runs")
     lines: list[str] = []
     run_comparison("tiny-test", ALGOS, SEEDS, _overrides(tiny_models), out, log=lines.append, dry_run=True)
     assert sum(line.endswith("finished: reused") for line in lines) == 4, lines
@@ -388,7 +393,7 @@ def test_finished_runs_without_checkpoints_are_reused_and_never_deleted(comparis
                        log=lambda line: None)
 
     # asked for more steps, a run without checkpoints cannot be extended: refused, and nothing is deleted
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".hacrl.lock"}
+    before = _files(out)
     with pytest.raises(ConfigError, match=r"finished at step 2 and its checkpoints were removed.*"
                                           r"trainer\.steps=3"):
         run_comparison("tiny-test", ALGOS, SEEDS, [*_overrides(tiny_models), "trainer.steps=3"], out,
@@ -443,7 +448,7 @@ def test_dry_run_says_what_each_run_would_do_and_changes_nothing(comparison, tin
     shutil.copytree(src, out)
     shutil.rmtree(out / "runs/hacpo/seed-1/checkpoints/step-000002")  # resume from step 1
     shutil.rmtree(out / "runs/gspo/seed-1")  # never trained
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".hacrl.lock"}
+    before = _files(out)
     argv = ["--preset", "tiny-test", "--algos", ALGOS, "--seeds", str(SEEDS), "--output", str(out), "--dry-run"]
     for o in _overrides(tiny_models):
         argv += ["--set", o]
@@ -459,7 +464,7 @@ def test_dry_run_says_what_each_run_would_do_and_changes_nothing(comparison, tin
     per_step = {a: json.loads((out / "runs" / a / "seed-0" / "compare.json").read_text())["wall_s"] / 2
                 for a in ("hacpo", "gspo")}
     assert f"about {per_step['hacpo'] + 2 * per_step['gspo']:.0f} s" in printed
-    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".hacrl.lock"} == before
+    assert _files(out) == before
     assert not (out / "runs/gspo/seed-1").exists()
 
 
@@ -471,15 +476,14 @@ def test_report_only_writes_the_report_from_the_finished_runs_and_trains_nothing
     shutil.copytree(src, out)
     (out / "report.md").unlink()
     shutil.rmtree(out / "runs/gspo/seed-1")  # still to train (another process may be training it)
-    runs_before = {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file() and p.name != ".hacrl.lock"}
+    runs_before = _files(out / "runs")
     argv = ["--preset", "tiny-test", "--algos", ALGOS, "--seeds", str(SEEDS), "--output", str(out), "--report-only"]
     for o in _overrides(tiny_models):
         argv += ["--set", o]
     assert cmd_compare(_compare_args(*argv)) == 0
     printed = capsys.readouterr().out
     assert "left out of the report: gspo seed 1 (not finished: train)" in printed
-    assert {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file() and p.name != ".hacrl.lock"} \
-        == runs_before and not (out / "runs/gspo/seed-1").exists()
+    assert _files(out / "runs") == runs_before and not (out / "runs/gspo/seed-1").exists()
     summary = json.loads((out / "summary.json").read_text())
     hacpo = summary["results"]["qwen-char"]["hacpo"]
     assert sorted(hacpo["final"]["by_seed"]) == ["0", "1"]  # every finished run of hacpo is in the report

@@ -105,7 +105,7 @@ def pruned_run_steps(run_dir: Path) -> int | None:
     invocations = record.get("invocations") or [{}]
     if not record.get("checkpoints_removed") and invocations[-1].get("status") not in FINISHED:
         return None
-    reached = max((int(inv.get("to_step") or 0) for inv in record.get("invocations", [])), default=0)
+    reached = max(int(inv.get("to_step") or 0) for inv in invocations)
     if not any(int(r.get("step", -1)) == reached for r in read_jsonl(run_dir / "metrics.jsonl")):
         return None
     progress = async_progress(run_dir)
