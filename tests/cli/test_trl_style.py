@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from hacrl.cli import main
 
 REWARDS = Path(__file__).resolve().parents[1] / "rewards" / "trl_rewards.py"
@@ -32,10 +34,28 @@ def test_a_trl_dataset_and_trl_rewards_train_from_the_cli(tmp_path, capsys):
     assert "step by step" not in json.dumps(sample)  # the prompt column as written
 
 
-def test_a_broken_trl_reward_stops_the_run_with_one_line(tmp_path, capsys):
+@pytest.mark.parametrize(("reward", "message"), [
+    ("wrong_length", "returned 1 values for 2 completions"),
+    # TRL's docs' reward on data whose ground truth is in `solution`: a keyword the rows lack, named at once
+    ("reward_func", "needs the keyword 'ground_truth', which the rows do not have"),
+])
+def test_a_broken_trl_reward_stops_the_run_with_one_line(tmp_path, capsys, reward, message):
     data, run = trl_data(tmp_path), tmp_path / "run"
     rc = main(["train", "--preset", "tiny-test", "--set", "task.kind=dataset", "--set", f"task.train_path={data}",
-               "--set", f"task.reward={REWARDS}:wrong_length", *QUICK, "--output", str(run)])
+               "--set", f"task.reward={REWARDS}:{reward}", *QUICK, "--output", str(run)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "returned 1 values for 2 completions" in err[0], err
+    assert rc == 2 and len(err) == 1 and message in err[0], err
     assert not run.exists()
+
+
+@pytest.mark.parametrize("reward", ["reward_func", "reads_ground_truth"])
+def test_a_reward_reading_a_column_the_data_lacks_fails_the_check(tmp_path, capsys, reward):
+    """`reward_func(completions, ground_truth, **kwargs)` (or one reading kwargs["ground_truth"]) on data whose
+    column is `solution`: `--check` calls it on the first row and names the column and the columns present."""
+    data = trl_data(tmp_path)
+    rc = main(["train", "--preset", "tiny-test", "--set", "task.kind=dataset", "--set", f"task.train_path={data}",
+               "--set", "trainer.eval_size=2", "--set", f"task.reward={REWARDS}:{reward}", "--check"])
+    problems = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  [")]
+    assert rc == 2 and len(problems) == 1, problems
+    assert problems[0].startswith("  [data and reward] task.reward: reward ") and "'ground_truth'" in problems[0]
+    assert all(column in problems[0] for column in ("solution", "difficulty")), problems[0]

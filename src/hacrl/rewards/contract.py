@@ -184,12 +184,16 @@ class Reward:
             given["prompts"] = [s.get("prompt") for s in samples]
             given["completions"] = list(completions)
         sig = _signature(self.fn)
-        if sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        if sig is None:
             return given
+        # a named parameter the rows lack is a missing column, **kwargs or not (TRL's `ground_truth` on a
+        # data set whose column is `solution`): named here, not a TypeError on every answer of every step
         missing = [p.name for p in sig.parameters.values() if p.default is p.empty and p.name not in given
                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         if missing:
             raise _MissingKeyword(missing[0], sorted(k for k in given if k not in ("prompts", "completions")))
+        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            return given
         return {k: v for k, v in given.items() if k in sig.parameters}
 
     def _batch(self, completions: list[str], samples: list[dict[str, Any]]) -> list[Outcome]:
@@ -203,7 +207,7 @@ class Reward:
         except _MissingKeyword as exc:
             return [_contract_error(self.name, f"needs the keyword {exc.name!r}, which the rows do not have "
                                     f"(they have: {', '.join(exc.have)})", f"add a {exc.name!r} column to the data, "
-                                    f"give the parameter a default, or read it from **kwargs")] * n
+                                    f"name the parameter after one the rows have, or give it a default")] * n
         except Exception as exc:  # noqa: BLE001 - the whole batch is unscorable; the step goes on
             return [("error", None, f"{type(exc).__name__}: {exc}"[:_MAX])] * n
         if _is_number(values) or isinstance(values, (str, bytes, dict)):
