@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import textwrap
 
+import pytest
+
 from hacrl.cli import main
 
 BROKEN = textwrap.dedent("""\
@@ -44,3 +46,47 @@ def test_every_config_error_at_once_and_a_clean_config_passes(tmp_path, monkeypa
     assert main(["train", "--preset", "tiny-test", "--check"]) == 0
     assert capsys.readouterr().out.startswith("hacrl train --check: no problem found")
     assert not (tmp_path / "runs").exists()
+
+
+def test_schema_errors_and_every_other_check_in_one_pass(tmp_path, monkeypatch, capsys):
+    """Schema errors no longer hide the rest: the other checks run with the keys in error at their defaults, and
+    the header says so (not that everything was checked on the config as written)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--preset", "tiny-test", "--set", "trainer.stepz=3", "--set", "agents.llama-bpe.lr=-1",
+                 "--set", "agents.qwen-char.model=/nowhere/qwen", "--set", "agents.llama-bpe.device=cuda:7",
+                 "--set", "task.kind=dataset", "--set", "task.train_path=missing.jsonl", "--check"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    kinds = [line.strip().split("]", 1)[0] + "]" for line in err[1:]]
+    assert kinds.count("[config]") == 2 and "[models]" in kinds and "[devices]" in kinds, err
+    assert "[data and reward]" in kinds and "missing.jsonl" in "\n".join(err), err
+    assert err[0] == (f"hacrl train --check: {len(err) - 1} problems (config checked; then, with the 2 keys in error "
+                      "at their defaults, extras, devices, models, ray, reward, data and reward up to its first "
+                      "problem):"), err[0]
+    assert "Traceback" not in "\n".join(err) and not (tmp_path / "runs").exists()
+
+
+def test_a_config_that_cannot_be_checked_further_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("agents:\n  - {model: builtin:llama-bpe}\n")  # no id: nothing to default
+    assert main(["train", "--config", "bad.yaml", "--check"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "hacrl train --check: 1 problem (config checked; not the others: the config does not load):"
+    assert err[1] == "  [config] config: agents.0.id is required"
+
+
+def test_a_gpu_shortfall_ends_hacrl_train_before_ray_starts(tmp_path, monkeypatch, capsys):
+    """`hacrl train` runs --check's resource check before Ray starts: no placement wait, no actor left pending
+    for GPUs this machine lacks, one line, nothing written."""
+    pytest.importorskip("ray")
+
+    def no_start(*args, **kwargs):
+        raise AssertionError("Ray was started for actors this machine cannot place")
+
+    monkeypatch.setattr("ray.is_initialized", lambda: False)
+    monkeypatch.setattr("ray.init", no_start)
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny-test", "--set", "backend.name=ray", "--set",
+                 "backend.num_gpus_per_agent=64", "-q", "--output", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ask for 128 GPU(s) and this machine has" in err[0], err
+    assert err[0].startswith("hacrl: error: backend.name=ray: ") and not run.exists()

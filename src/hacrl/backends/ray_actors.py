@@ -24,6 +24,26 @@ logger = logging.getLogger(__name__)
 FORWARDED_ENV = ("HACRL_FAILPOINT",)
 
 
+def machine_shortfall(cfg: Config, resources: Sequence[tuple[float, float]]) -> list[str]:
+    """The CPUs and GPUs the agents' actors ask for (``resources``: (CPUs, GPUs) per agent, each times its
+    ``data_parallel`` replicas) beyond this machine's, one line each: what a local Ray instance could never
+    place. ``hacrl train --check`` lists them; :class:`RayBackend` stops at them before Ray starts."""
+    import torch
+
+    cpus = sum(c * a.data_parallel for (c, _), a in zip(resources, cfg.agents, strict=True))
+    gpus = sum(g * a.data_parallel for (_, g), a in zip(resources, cfg.agents, strict=True))
+    have_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    have_cpus = os.cpu_count() or 1
+    out = []
+    if gpus > have_gpus:
+        out.append(f"backend.name=ray: the agents' actors ask for {gpus:g} GPU(s) and this machine has {have_gpus}; "
+                   f"lower agents.<id>.num_gpus / data_parallel, or give backend.address of a cluster that has them")
+    if cpus > have_cpus:
+        out.append(f"backend.name=ray: the agents' actors ask for {cpus:g} CPU(s) and this machine has {have_cpus}; "
+                   f"lower backend.num_cpus_per_agent or agents.<id>.num_cpus")
+    return out
+
+
 class RayBackend:
     """One Ray actor per agent, with ``num_cpus`` / ``num_gpus`` from the agent's spec or the backend
     defaults, optionally reserved together in a placement group. Starts a local Ray instance unless
@@ -42,6 +62,10 @@ class RayBackend:
         self._failed = False
         resources = [self._resources(cfg, i) for i in range(len(cfg.agents))]  # checked before Ray starts
         if not ray.is_initialized():
+            if not cfg.backend.address:  # a local Ray gets this machine's CPUs and GPUs: an actor asking for
+                shortfall = machine_shortfall(cfg, resources)  # more would wait for them for ever
+                if shortfall:
+                    raise ConfigError("; ".join(shortfall))
             ray.init(address=cfg.backend.address, include_dashboard=False, log_to_driver=True,
                      configure_logging=False)
             self._started = True

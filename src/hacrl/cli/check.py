@@ -5,7 +5,8 @@ bad key, data that is not cached, a missing extra, a device the machine lacks, a
 a reward whose contract is broken. The pre-flight runs each check on its own, so one failure does not hide the
 next, and prints them all:
 
-- config: every validation error (not only the first), and what is derived from it (minibatches);
+- config: every validation error (not only the first), and what is derived from it (minibatches); the other
+  checks then run with the keys in error left at their defaults, and the header says so;
 - extras: the packages the config needs (ray, vllm, peft, math-verify, the loggers);
 - devices: each agent's device on this machine;
 - models: each agent's model resolves to a directory with a config.json (no weights are read);
@@ -14,18 +15,18 @@ next, and prints them all:
 - data and reward: the task's files and fields, its held-out split, benchmark files, and the reward's contract
   (called once on the first training row, as training does before any model loads).
 
-Exit code 0 when nothing was found, 2 otherwise.
+``hacrl train`` itself stops at the same Ray resource shortfall before Ray starts
+(:func:`hacrl.backends.ray_actors.machine_shortfall`). Exit code 0 when nothing was found, 2 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 from collections.abc import Callable
 
-from hacrl.config import Config, config_problems
+from hacrl.config import Config, config_problems, config_without_errors
 
 Check = Callable[[Config], list[str]]
 
@@ -83,29 +84,18 @@ def _models(cfg: Config) -> list[str]:
 def _ray(cfg: Config) -> list[str]:
     if cfg.backend.name != "ray":
         return []
-    import torch
+    from hacrl.backends.ray_actors import RayBackend, machine_shortfall
 
-    from hacrl.backends.ray_actors import RayBackend
-
-    out, cpus, gpus = [], 0.0, 0.0
-    for i, a in enumerate(cfg.agents):
+    out, resources = [], []
+    for i in range(len(cfg.agents)):
         try:
-            c, g = RayBackend._resources(cfg, i)
+            resources.append(RayBackend._resources(cfg, i))
         except Exception as exc:  # noqa: BLE001
             out.append(str(exc))
-            continue
-        cpus, gpus = cpus + c * a.data_parallel, gpus + g * a.data_parallel
+            resources.append((0.0, 0.0))
     if cfg.backend.address:
         return out  # a running cluster's resources are its own: not queried by the pre-flight
-    have_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    have_cpus = os.cpu_count() or 1
-    if gpus > have_gpus:
-        out.append(f"backend.name=ray: the agents' actors ask for {gpus:g} GPU(s) and this machine has {have_gpus}; "
-                   f"lower agents.<id>.num_gpus / data_parallel, or give backend.address of a cluster that has them")
-    if cpus > have_cpus:
-        out.append(f"backend.name=ray: the agents' actors ask for {cpus:g} CPU(s) and this machine has {have_cpus}; "
-                   f"lower backend.num_cpus_per_agent or agents.<id>.num_cpus")
-    return out
+    return out + machine_shortfall(cfg, resources)
 
 
 def _derived(cfg: Config) -> list[str]:
@@ -153,31 +143,54 @@ CHECKS: list[tuple[str, Check]] = [("config", _derived), ("extras", _extras), ("
                                    ("data and reward", _data_and_reward)]
 
 
-def preflight(cfg: Config) -> list[tuple[str, str]]:
-    """(check, problem) for every problem ``cfg`` would meet; each check runs whatever the others found."""
+def preflight(cfg: Config) -> tuple[list[tuple[str, str]], list[str]]:
+    """(check, problem) for every problem ``cfg`` would meet, each check run whatever the others found, and the
+    checks that stopped at a problem (what came after it in that check did not run)."""
     found: list[tuple[str, str]] = []
+    stopped: list[str] = []
     for name, check in CHECKS:
         try:
             found += [(name, p) for p in check(cfg)]
         except Exception as exc:  # noqa: BLE001 - a check that fails is a problem to list, not a traceback
             found.append((name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
-    return found
+            stopped.append(name)
+    return found, stopped
+
+
+def _checked(stopped: list[str], dropped: int | None) -> str:
+    """What was checked, for the header: every check (those that stopped at a problem said so), after config
+    errors with the keys in error at their defaults, or (``dropped`` None) the config alone."""
+    if dropped is None:
+        return "config checked; not the others: the config does not load"
+    names = [f"{name} up to its first problem" if name in stopped else name for name, _ in CHECKS]
+    if not dropped:
+        return f"{', '.join(names)} checked"
+    rest = ", ".join(n for (name, _), n in zip(CHECKS, names) if name != "config")
+    keys = f"{dropped} key{'s' if dropped > 1 else ''}"
+    return f"config checked; then, with the {keys} in error at their defaults, {rest}"
 
 
 def cmd_check(args: argparse.Namespace, load: Callable[[], Config]) -> int:
-    """Print every problem of the run ``args`` describes (``load()`` builds its config) and return 0 or 2."""
-    found = [("config", p) for p in config_problems(args.preset, args.config, args.overrides)] \
-        if not (args.resume and not args.preset and not args.config) else []
+    """Print every problem of the run ``args`` describes (``load()`` builds its config) and return 0 or 2.
+    Config errors do not hide the rest: the other checks run on the config with the keys in error left at
+    their defaults (:func:`hacrl.config.config_without_errors`), and the header says what was checked."""
+    given = not (args.resume and not args.preset and not args.config)  # else: the run's own config.yaml
+    errors = [("config", p) for p in config_problems(args.preset, args.config, args.overrides)] if given else []
+    cfg: Config | None = None
+    dropped: int | None = 0
+    try:
+        cfg, dropped = config_without_errors(args.preset, args.config, args.overrides) if errors else (load(), 0)
+    except Exception as exc:  # noqa: BLE001 - a run config that cannot be read is the one problem
+        errors = [("config", str(exc))]
+    if cfg is None:
+        found, stopped, dropped = errors, [], None
+    else:
+        found, stopped = preflight(cfg)
+        found = errors + found
     if not found:
-        try:
-            found = preflight(load())
-        except Exception as exc:  # noqa: BLE001 - a run config that cannot be read is the one problem
-            found = [("config", str(exc))]
-    names = ", ".join(name for name, _ in CHECKS)
-    if not found:
-        print(f"hacrl train --check: no problem found ({names})")
+        print(f"hacrl train --check: no problem found ({', '.join(name for name, _ in CHECKS)})")
         return 0
-    print(f"hacrl train --check: {len(found)} problem{'s' if len(found) > 1 else ''} ({names} checked):",
+    print(f"hacrl train --check: {len(found)} problem{'s' if len(found) > 1 else ''} ({_checked(stopped, dropped)}):",
           file=sys.stderr)
     for name, problem in found:
         print(f"  [{name}] {problem}", file=sys.stderr)

@@ -15,6 +15,7 @@ from hacrl.config.load import (
     build_config,
     config_fields,
     config_problems,
+    config_without_errors,
     dataset_name,
     dump_config,
     load_config,
@@ -50,6 +51,6 @@ __all__ = [
     "AgentSpec", "AlgorithmConfig", "AsyncConfig", "BackendConfig", "Config", "ConfigError", "Derived", "LoraSpec",
     "RolloutConfig", "RunConfig", "TaskConfig", "TrainerConfig",
     "apply_override", "build_config", "config_fields", "dataset_name", "default_minibatch", "derive",
-    "config_problems", "dump_config", "load_config", "merge_trees", "preset_names", "preset_text", "recompute_old_logprobs",
+    "config_problems", "config_without_errors", "dump_config", "load_config", "merge_trees", "preset_names", "preset_text", "recompute_old_logprobs",
     "resume_conflict", "rollout_correction_mode", "training_differences",
 ]

@@ -150,17 +150,68 @@ def config_problems(preset: str | None = None, path: str | Path | None = None,
     else:
         return []
     try:  # the tree it validated, to list the others too
-        tree = _read_tree(preset_text(preset or "tiny-model")) if preset or path is None else {}
-        if path is not None:
-            tree = merge_trees(tree, _read_tree(_config_text(Path(path)), str(path)))
-        for assignment in overrides or []:
-            apply_override(tree, assignment)
+        tree = _tree(preset, path, overrides)
         Config.model_validate(tree)
     except ValidationError as err:
         return list(dict.fromkeys(_format_one(e, tree) for e in err.errors()))
     except ConfigError:
         pass
     return [first]
+
+
+def config_without_errors(preset: str | None = None, path: str | Path | None = None,
+                          overrides: list[str] | None = None) -> tuple[Config | None, int]:
+    """The config ``load_config`` would build with every key that fails validation left at its default, and
+    how many keys that was: what ``hacrl train --check`` checks further when the config has errors. None when
+    it cannot be built so (a file or ``--set`` that does not parse, a required key missing, an error that no
+    key of the tree carries).
+
+    >>> cfg, dropped = config_without_errors("tiny-test", overrides=["trainer.stepz=3", "trainer.steps=-1"])
+    >>> cfg.trainer.steps, dropped
+    (20, 2)
+    """
+    try:
+        tree = _tree(preset, path, overrides)
+    except ConfigError:
+        return None, 0
+    dropped: set[tuple[Any, ...]] = set()
+    while True:
+        try:
+            return Config.model_validate(tree), len(dropped)
+        except ValidationError as err:
+            removed = {key for e in err.errors() if (key := _drop(tree, list(e["loc"]))) is not None}
+        if not removed:
+            return None, len(dropped)
+        dropped |= removed
+
+
+def _drop(tree: dict[str, Any], loc: list[Any]) -> tuple[Any, ...] | None:
+    """Remove the deepest key of ``tree`` on the path ``loc`` (pydantic's error location, whose tail may name
+    a union's member type rather than a key) and return its path; None when there is none, or it is a list
+    item (an agent is not a key with a default).
+
+    >>> tree = {"task": {"reward": 3}, "agents": [{"id": "a", "lrr": 1}]}
+    >>> _drop(tree, ["task", "reward", "str"]), _drop(tree, ["agents", 0, "lrr"]), _drop(tree, ["agents", 0, "x"])
+    (('task', 'reward'), ('agents', 0, 'lrr'), None)
+    >>> tree
+    {'task': {}, 'agents': [{'id': 'a'}]}
+    """
+    node: Any = tree
+    found: list[Any] = []
+    for part in loc:
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) \
+                and 0 <= part < len(node):
+            found.append(part)
+            node = node[part]
+        else:
+            break
+    if not found or isinstance(found[-1], int):
+        return None
+    parent: Any = tree
+    for part in found[:-1]:
+        parent = parent[part]
+    del parent[found[-1]]
+    return tuple(found)
 
 
 def _format_one(first: Any, tree: dict[str, Any] | None = None) -> str:
@@ -242,6 +293,11 @@ def load_config(
     """The preset (``tiny-model`` when neither is given), then the YAML file at ``path`` layered on it (later
     wins: see :func:`merge_trees`), then ``overrides``; validated. A dataset task without ``task.name`` is
     named after its file (:func:`dataset_name`), so config.yaml records the name the run goes by."""
+    return build_config(_tree(preset, path, overrides))
+
+
+def _tree(preset: str | None, path: str | Path | None, overrides: list[str] | None) -> dict[str, Any]:
+    """The tree ``load_config`` validates: the preset, the file layered on it, the overrides."""
     tree = _read_tree(preset_text(preset or "tiny-model")) if preset or path is None else {}
     if path is not None:
         tree = merge_trees(tree, _read_tree(_config_text(Path(path)), str(path)))
@@ -253,7 +309,7 @@ def load_config(
             and task.get("name") in (None, TaskConfig.model_fields["name"].default) \
             and isinstance(task.get("train_path"), str) and task["train_path"].strip():
         task["name"] = dataset_name(task["train_path"])
-    return build_config(tree)
+    return tree
 
 
 def _config_text(p: Path) -> str:
