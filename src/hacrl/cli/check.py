@@ -182,11 +182,13 @@ def cmd_check(args: argparse.Namespace, load: Callable[[], Config]) -> int:
         cfg, dropped = config_without_errors(args.preset, args.config, args.overrides) if errors else (load(), 0)
     except Exception as exc:  # noqa: BLE001 - a run config that cannot be read is the one problem
         errors = [("config", str(exc))]
+    found = errors
+    stopped: list[str] = []
     if cfg is None:
-        found, stopped, dropped = errors, [], None
+        dropped = None
     else:
-        found, stopped = preflight(cfg)
-        found = errors + found
+        checked, stopped = preflight(cfg)
+        found = errors + checked
     if not found:
         print(f"hacrl train --check: no problem found ({', '.join(name for name, _ in CHECKS)})")
         return 0

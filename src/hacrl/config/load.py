@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from hacrl.config.schema import Config, ConfigError, TaskConfig
+from hacrl.config.vocabulary import describe, foreign_key, leaves
 
 
 def preset_names() -> list[str]:
@@ -80,59 +81,6 @@ def _list_item(items: list[Any], parts: list[str], where: str) -> tuple[Any, int
         return items[int(part)], 1
     listed = ", ".join(f"{k} (agents.{i})" for i, k in enumerate(ids))
     raise ConfigError(f"--set {where}: no agent with id {part!r}; ids: {listed}")
-
-
-#: TRL's GRPOConfig and verl's config names → the hacrl key that does that job (docs/usage.md has the table).
-#: An unknown key with one of these names (last part, or verl's dotted path) is answered with its hacrl key.
-FOREIGN_KEYS: dict[str, str] = {
-    "learning_rate": "agents.<id>.lr (per agent: each model keeps its own rate)",
-    "lr": "agents.<id>.lr",
-    "num_generations": "rollout.rollouts_per_prompt (G, answers per prompt per agent)",
-    "n": "rollout.rollouts_per_prompt (G, answers per prompt per agent)",
-    "beta": "agents.<id>.kl_coef (k3 KL to the initial weights)",
-    "kl_coef": "agents.<id>.kl_coef",
-    "epsilon": "algorithm.clip_low (own answers' ε_low; the clip is sequence-level, as in GSPO)",
-    "epsilon_high": "algorithm.clip_high",
-    "clip_ratio_low": "algorithm.clip_low",
-    "clip_ratio_high": "algorithm.clip_high",
-    "max_completion_length": "rollout.max_new_tokens",
-    "max_response_length": "rollout.max_new_tokens",
-    "max_prompt_length": "agents.<id>.max_prompt_tokens",
-    "loss_type": "algorithm.name (hacpo, gspo, grpo, imitation, …)",
-    "importance_sampling_level": "algorithm.name (gspo: sequence level; grpo: token level)",
-    "report_to": "run.loggers",
-    "logger": "run.loggers",
-    "gradient_accumulation_steps": "trainer.micro_batch_size (sequences per forward/backward pass; "
-                                   "accumulation over a minibatch is automatic)",
-    "per_device_train_batch_size": "trainer.batch_size (prompts per step; each agent answers each G times)",
-    "train_batch_size": "trainer.batch_size (prompts per step)",
-    "ppo_mini_batch_size": "trainer.minibatch_size (sequences per optimizer step)",
-    "ppo_micro_batch_size_per_gpu": "trainer.micro_batch_size",
-    "max_steps": "trainer.steps",
-    "total_training_steps": "trainer.steps",
-    "num_train_epochs": "trainer.steps (hacrl counts steps of trainer.batch_size prompts)",
-    "output_dir": "--output on the command line (or run.output_dir)",
-    "seed": "run.seed",
-    "model_name_or_path": "agents.<id>.model",
-    "reward_funcs": "task.reward",
-    "use_vllm": "rollout.engine: vllm",
-    "gradient_checkpointing": "agents.<id>.gradient_checkpointing",
-    "bf16": "agents.<id>.autocast: bfloat16 (bf16 forward passes over float32 weights)",
-    "max_grad_norm": "agents.<id>.grad_clip",
-    "grad_clip": "agents.<id>.grad_clip",
-    "temperature": "rollout.temperature",
-    "top_p": "rollout.top_p",
-}
-
-
-def _foreign_hint(loc: list[Any]) -> str | None:
-    """The hacrl key a TRL or verl name does the job of, or None.
-
-    >>> _foreign_hint(["trainer", "learning_rate"]), _foreign_hint(["num_generations"])[:25]
-    ('agents.<id>.lr (per agent: each model keeps its own rate)', 'rollout.rollouts_per_prom')
-    """
-    name = loc[-1] if loc and isinstance(loc[-1], str) else None
-    return FOREIGN_KEYS.get(name) if name else None
 
 
 def _format_error(err: ValidationError, tree: dict[str, Any] | None = None) -> str:
@@ -222,10 +170,10 @@ def _format_one(first: Any, tree: dict[str, Any] | None = None) -> str:
         parts[1] = agents[parts[1]]["id"]  # agents.<id>.lr, as --set names it, not agents.0.lr
     loc = ".".join(str(x) for x in parts)
     if first["type"] == "extra_forbidden":
-        guess, foreign = _guess_key(list(first["loc"])), _foreign_hint(list(first["loc"]))
+        guess, foreign = _guess_key(list(first["loc"])), _foreign_answer(first, loc)
         if foreign is not None and (guess is None or guess.rsplit(".", 1)[-1] != first["loc"][-1]):
             # a TRL/verl name wins over a close spelling (beta is not delta); the same field elsewhere wins over it
-            return f"config: unknown key {loc!r}; in hacrl that is {foreign} (every key: `hacrl presets --fields`)"
+            return f"{foreign} (every key: `hacrl presets --fields`)"
         prefix = ".".join(str(x) for x in parts[:-1])
         fix = f"did you mean {guess if '.' in guess else '.'.join(filter(None, [prefix, guess]))!r}?" if guess \
             else "remove it or check its spelling"
@@ -236,6 +184,20 @@ def _format_one(first: Any, tree: dict[str, Any] | None = None) -> str:
     shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
     msg = first["msg"].removeprefix("Value error, ")
     return f"config: {loc}: {msg}{shown}" if loc else f"config: {msg}"
+
+
+def _foreign_answer(error: Any, loc: str) -> str | None:
+    """``config: unknown key …`` answered with hacrl's key for each TRL or verl name under the unknown key
+    (:mod:`hacrl.config.vocabulary`), or None when it holds none: one key (``--set data.train_batch_size=8``
+    is named whole), or a section of them (verl's ``data:`` pasted into a file)."""
+    raw = list(error["loc"])
+    paths = leaves(raw, error.get("input"))
+    found = [f for f in map(foreign_key, paths) if f is not None]
+    if not found:
+        return None
+    if len(paths) == 1:  # the one key, with what it holds: actor_rollout_ref.actor.optim.lr
+        loc = ".".join([loc, *paths[0][len(leaves(raw, None)[0]):]])
+    return f"config: unknown key {loc!r}; " + "; ".join(describe(*f) for f in found)
 
 
 def _section_of(annotation: Any) -> type[BaseModel] | None:
