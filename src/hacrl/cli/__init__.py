@@ -2,8 +2,9 @@
 
     hacrl train [--preset NAME] [--config FILE] [--set key=value ...] [--output RUN] [--resume [CKPT | RUN]]
                 [--overwrite]
-    hacrl eval  (--run DIR | --model DIR ...) [--task NAME] [--benchmark NAME=PATH ...] [--n 500] [--k 0]
-                [--json-out PATH]
+    hacrl eval  (--run DIR | --model DIR ...) [--task NAME] [--reward SPEC ...] [--benchmark NAME=PATH ...] [--n 500]
+                [--k 0] [--json-out PATH]
+    hacrl export RUN [--step N] [--output DIR] [--agent ID ...]
     hacrl presets [--show NAME] [--fields]
 
 Bad input (config, paths, damaged model or checkpoint files, devices) exits with code 2 and at most three
@@ -27,6 +28,7 @@ from pathlib import Path
 import hacrl
 from hacrl.cli.compare import add_compare_parser, cmd_compare
 from hacrl.cli.eval import add_eval_parser, cmd_eval
+from hacrl.cli.export import add_export_parser, cmd_export
 from hacrl.cli.plan import add_plan_parser, cmd_plan
 from hacrl.cli.train import _resolve_resume, add_train_parser, cmd_train  # noqa: F401 (_resolve_resume: tests)
 from hacrl.config import preset_names, preset_text
@@ -43,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_train_parser(sub)
     add_eval_parser(sub)
+    add_export_parser(sub)
     add_compare_parser(sub)
     add_plan_parser(sub)
 
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "eval":
             return cmd_eval(args)
+        if args.command == "export":
+            return cmd_export(args)
         return cmd_presets(args)
     except (InputError, DiskFull) as exc:
         print(f"hacrl: error: {exc}", file=sys.stderr)

@@ -19,6 +19,13 @@ def add_eval_parser(sub: Any) -> None:
     e.add_argument("--run", help="a run directory: evaluates its latest checkpoint's agents")
     e.add_argument("--model", action="append", default=[], help="a model directory or builtin:<name> (repeatable)")
     e.add_argument("--task", help="builtin task name (default without --benchmark: the run's task, or add2)")
+    e.add_argument("--reward", action="append", default=[], metavar="SPEC",
+                   help="score the task with this reward, as task.reward takes it: a name (exact, numeric, math), "
+                        "module:function or file.py:function (repeatable: their weighted sum; default: the run's "
+                        "task.reward, or the task's verifier)")
+    e.add_argument("--reward-weights", metavar="W,W,...", help="one weight per --reward (default: all 1)")
+    e.add_argument("--reward-contract", default=None, choices=["auto", "hacrl", "trl", "verl"],
+                   help="how --reward is called (task.reward_contract; default: the run's, or auto)")
     e.add_argument("--benchmark", action="append", default=[], metavar="NAME=PATH",
                    help="a local benchmark file or directory, NAME one of math500, math, gsm8k, aime2025, amc2023, "
                         "minerva, olympiadbench (repeatable); the paper's prompt, scored with the math reward")
@@ -169,6 +176,9 @@ def _eval_suites(args: argparse.Namespace, run_cfg: dict | None) -> list[tuple[s
     suites: list[tuple[str, list[Any], Any]] = []
     if args.task or not args.benchmark:
         suites.append(_task_suite(args, run_cfg))
+    elif args.reward:
+        raise ConfigError("--reward scores a task's held-out split, and benchmarks are scored with the math reward; "
+                          "add --task NAME, or leave --reward out")
     if args.benchmark:  # graded by the math reward: say once if math-verify is missing
         from hacrl.config import TaskConfig
         from hacrl.rewards.math_reward import warn_if_no_math_verify
@@ -201,6 +211,7 @@ def _task_suite(args: argparse.Namespace, run_cfg: dict | None) -> tuple[str, li
     else:
         task_cfg = TaskConfig.model_validate(run_cfg["task"])
         seed, max_new = run_cfg["run"]["seed"], run_cfg["rollout"]["max_new_tokens"]
+    task_cfg = _with_reward(task_cfg, args)
     task = build_task(task_cfg, seed=seed, max_new_tokens=max_new)
     problems = task.test_problems(args.n)
     if run_cfg is not None and not args.task:
@@ -209,4 +220,32 @@ def _task_suite(args: argparse.Namespace, run_cfg: dict | None) -> tuple[str, li
             print(f"eval: {task.name}: the first {len(problems)} held-out problems (--n {args.n}); training's "
                   f"evaluations (eval.jsonl) used the first {trained} (trainer.eval_size), so the accuracies may "
                   f"differ; --n {trained} scores the same problems", file=sys.stderr)
-    return task.name, problems, task_scorer(task, task_cfg)
+    try:
+        return task.name, problems, task_scorer(task, task_cfg)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("task.reward:", "--reward:", 1) if args.reward else str(exc)) from None
+
+
+def _with_reward(task_cfg: Any, args: argparse.Namespace) -> Any:
+    """``task_cfg`` scored with ``--reward`` (+ ``--reward-weights``, ``--reward-contract``) where given; one line
+    naming the flag when they do not fit together."""
+    from pydantic import ValidationError
+
+    from hacrl.config import TaskConfig
+
+    if not args.reward and (args.reward_weights or args.reward_contract):
+        raise ConfigError("--reward-weights and --reward-contract go with --reward; give --reward SPEC")
+    if not args.reward:
+        return task_cfg
+    try:
+        weights = [float(w) for w in args.reward_weights.split(",")] if args.reward_weights else None
+    except ValueError:
+        raise ConfigError(f"--reward-weights {args.reward_weights!r}: give numbers separated by commas, "
+                          f"e.g. 1.0,0.1") from None
+    update = {"reward": args.reward[0] if len(args.reward) == 1 else list(args.reward), "reward_weights": weights,
+              "reward_contract": args.reward_contract or task_cfg.reward_contract}
+    try:
+        return TaskConfig.model_validate({**task_cfg.model_dump(), **update})
+    except ValidationError as exc:
+        msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"--reward: {msg}".replace("task.reward entry", "--reward")) from None

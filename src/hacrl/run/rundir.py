@@ -24,9 +24,11 @@ from hacrl.errors import InputError
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".hacrl.lock"
-# every top-level name a run writes (trainer, checkpoints, sinks, `hacrl compare`'s record, log rewrites)
+# every top-level name a run writes (trainer, checkpoints, sinks, `hacrl compare`'s record, log rewrites,
+# `hacrl export`'s default folder)
 RUN_ENTRIES = frozenset({
     "config.yaml", "metrics.jsonl", "eval.jsonl", "eval_problems.jsonl", "samples", "tensorboard", "checkpoints",
+    "export",
     "compare.json", "compare.json.tmp", "config.yaml.tmp", "metrics.jsonl.tmp", "eval.jsonl.tmp",
     "eval_problems.jsonl.tmp", "trackers.json", "trackers.json.tmp", "wandb", "provenance.jsonl", LOCK_FILE,
 })
