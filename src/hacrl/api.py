@@ -1,6 +1,6 @@
 """The Python trainer: a hacrl run built from Python objects, as TRL's ``GRPOTrainer`` is built.
 
->>> from hacrl.api import HACRLTrainer                                          # doctest: +SKIP
+>>> from hacrl import HACRLTrainer                                              # doctest: +SKIP
 >>> def accuracy(completions, solution, **kwargs):                             # doctest: +SKIP
 ...     return [1.0 if c.strip() == s else 0.0 for c, s in zip(completions, solution)]
 >>> trainer = HACRLTrainer(models=["builtin:qwen2-char", "builtin:llama-bpe"], reward_funcs=accuracy,
@@ -18,8 +18,7 @@ What each argument becomes (a config, then the same start as ``hacrl train``: :f
 - ``reward_funcs``: ``task.reward`` (+ ``reward_weights``, ``reward_contract``). A string is a reward spec;
   a function with an importable spec (:func:`hacrl.rewards.spec_of`) goes by it; any other callable (a lambda,
   a closure, a function of ``__main__`` or a notebook) is registered in this process under a ``python:``
-  name and reaches the scorer's worker processes pickled with cloudpickle (Ray's copy works too); with
-  neither installed it is scored inline, in this process, without a time limit (one warning line).
+  name and reaches the scorer's worker processes pickled with cloudpickle (a dependency of hacrl).
 - ``train_dataset`` / ``eval_dataset``: ``task.train_path`` / ``task.test_path`` (``task.kind: dataset``).
   A ``datasets.Dataset`` or a list of dicts is written once as JSONL to ``<data_dir>/<train|eval>-<hash>.jsonl``
   (``data_dir`` default: ``.hacrl-data`` beside the run directory), so config.yaml names a file that
@@ -28,19 +27,23 @@ What each argument becomes (a config, then the same start as ``hacrl train``: :f
   ``["trainer.steps=2"]``) layer as ``--preset``, ``--config`` and ``--set`` do; the arguments above go
   between the config and the overrides.
 
+``trainer.export()`` then writes each agent as a plain Hugging Face folder with a model card (``hacrl export``).
+transformers' progress bars are off while ``train()`` runs (as in ``hacrl train``) and as they were afterwards.
+
 Rewards are scored where ``hacrl train`` scores them, in the driver's scorer (its worker processes), for the
 ``local`` and the ``ray`` backend alike: callables never need to reach a Ray actor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,7 +137,8 @@ class HACRLTrainer:
 
         launch = Launch(resume="latest" if self.resume else None, overwrite=self.overwrite, quiet=self.quiet,
                         command=command)
-        outcome = run_training(self.config, self.run_dir, launch)
+        with _no_progress_bars():
+            outcome = run_training(self.config, self.run_dir, launch)
         if outcome.code != 0:
             raise TrainingFailed(outcome.code, self.run_dir)
         result = outcome.result or {}
@@ -145,6 +149,15 @@ class HACRLTrainer:
             end = max((step for step, _ in evals), default=0)
             accuracy = {a.id: (evals.get((0, a.id)), evals.get((end, a.id))) for a in self.config.agents}
         return TrainResult(self.run_dir, self.config, accuracy, result)
+
+    def export(self, output_dir: str | Path | None = None, *, step: int | None = None,
+               agents: Sequence[str] | None = None) -> list[Path]:
+        """Each agent of the trained run as a plain Hugging Face folder with a model card, as ``hacrl export``
+        writes it (:func:`hacrl.cli.export.export_run`; default ``output_dir``: ``<run>/export/step-<N>``)."""
+        from hacrl.cli.export import export_run
+
+        return export_run(self.run_dir, step=step, output=None if output_dir is None else Path(output_dir),
+                          agents=None if agents is None else list(agents))
 
     # ---- arguments into config values -----------------------------------------------------------
     def _data(self, data: Any, kind: str) -> str:
@@ -236,6 +249,21 @@ def _agent_id(source: str, taken: list[dict[str, Any]]) -> str:
     while name in ids:
         name, n = f"{base}-{n}", n + 1
     return name
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' progress bars (loading and writing weights) off while hacrl trains, as ``hacrl train`` has
+    them; as they were afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _jsonable(value: Any) -> Any:

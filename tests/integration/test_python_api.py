@@ -99,6 +99,42 @@ def test_without_cloudpickle_a_python_reward_is_scored_inline(monkeypatch, caplo
     assert "scored inline, in this process, without a time limit" in caplog.text
 
 
+def test_cloudpickle_is_a_dependency_so_a_closure_reward_needs_neither_ray_nor_a_warning(monkeypatch, caplog):
+    import tomllib
+
+    from hacrl.rewards import RewardScorer, register_python
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert any(dep.startswith("cloudpickle") for dep in pyproject["project"]["dependencies"])
+    monkeypatch.setitem(__import__("sys").modules, "ray", None)  # Ray's copy of cloudpickle out of reach
+    with RewardScorer(register_python(lambda completions, **kw: [0.5] * len(completions)), timeout_s=5.0) as s:
+        assert s.timeout_s == 5.0 and s.score(["a"], [{"answer": "1"}]).rewards == [0.5] and s.pids
+    assert "cloudpickle" not in caplog.text
+
+
+@pytest.mark.model
+def test_from_hacrl_import_trainer_trains_without_progress_bars_and_exports(tmp_path, capfd):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from hacrl import HACRLTrainer as Lazy
+
+    trainer = Lazy(["builtin:qwen2-char", "builtin:llama-bpe"], "exact", preset="tiny-test", overrides=QUICK,
+                   output_dir=tmp_path / "run")
+    before = hf_logging.is_progress_bar_enabled()  # off after an in-process `hacrl train` (the CLI turns them off)
+    hf_logging.enable_progress_bar()  # a Python user's default
+    try:
+        trainer.train()
+        assert hf_logging.is_progress_bar_enabled()  # as they were, once training is over
+    finally:
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "Writing model shards" not in err and "it/s]" not in err, err
+    folders = trainer.export(tmp_path / "ship")
+    assert [p.name for p in folders] == ["qwen-char", "llama-bpe"] and not list(tmp_path.glob("ship/*/*.pt"))
+    AutoModelForCausalLM.from_pretrained(folders[1])
+
+
 @pytest.mark.model
 def test_the_trl_style_example_runs(tmp_path):
     import subprocess

@@ -6,6 +6,8 @@ package, modules import each other without a loop (``KNOWN_LOOPS`` aside); and t
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import hacrl
@@ -76,9 +78,14 @@ def test_every_unit_has_a_layer():
         _level(unit)
 
 
+# The one import against the order, by design: the package's lazy ``hacrl.HACRLTrainer`` (a PEP 562 module
+# attribute in __init__.py's ``__getattr__``, so ``import hacrl`` imports nothing); test_import_hacrl_stays_light.
+FACADE = {("__init__", "api")}
+
+
 def test_imports_run_downward_only():
     upward = [f"{where}: hacrl.{src} imports hacrl.{dst}" for src, dst, where in import_edges()
-              if _level(dst) > _level(src)]
+              if _level(dst) > _level(src) and (src, dst) not in FACADE]
     assert not upward, "imports against the layer order:\n" + "\n".join(upward)
 
 
@@ -219,3 +226,17 @@ def test_the_async_loop_reads_no_private_attribute_of_another_object():
 def test_the_private_read_checker_sees_one():
     tree = ast.parse("self._mine\nself.t._score(x)\nt._stop_requested\nx.__class__\nself.t.public\n")
     assert private_reads(tree) == ["2: self.t._score", "3: t._stop_requested"]
+
+
+def test_import_hacrl_stays_light_and_hacrltrainer_comes_on_first_use():
+    """``import hacrl`` loads no other hacrl module, nor torch; ``from hacrl import HACRLTrainer`` then works."""
+    code = ("import sys, hacrl\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('hacrl.') or m in ('torch', 'transformers'))\n"
+            "assert not loaded, loaded\n"
+            "from hacrl import HACRLTrainer, TrainResult\n"
+            "import hacrl.api\n"
+            "assert HACRLTrainer is hacrl.api.HACRLTrainer and TrainResult is hacrl.api.TrainResult\n"
+            "try:\n    hacrl.NoSuchThing\nexcept AttributeError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "module 'hacrl' has no attribute 'NoSuchThing'"
