@@ -8,11 +8,15 @@ cd "$(dirname "$0")/.."
 PY="${PY:-python3}"
 VENV="${VENV:-.venv}"
 EXTRAS="${EXTRAS-dev}"
+TORCH=2.13.0
 if [ ! -x "$VENV/bin/hacrl" ] || [ pyproject.toml -nt "$VENV/bin/hacrl" ]; then
+    # one line before the quiet installs (a minute or more on a fresh machine)
+    echo "setup: $([ -d "$VENV" ] && echo updating || echo creating) $VENV with torch $TORCH (CPU) and" \
+         "hacrl${EXTRAS:+[$EXTRAS]} (pip, quiet; a few minutes the first time)"
     "$PY" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     # torch first, pinned to the CPU wheel, so pyproject's range is already met
-    "$VENV/bin/python" -m pip install -q torch==2.13.0
+    "$VENV/bin/python" -m pip install -q "torch==$TORCH"
     "$VENV/bin/python" -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"
     touch "$VENV/bin/hacrl"
 fi
