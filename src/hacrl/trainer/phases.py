@@ -29,6 +29,7 @@ from hacrl.learner.request import UpdateRequest
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rollout import SamplingParams
+from hacrl.trainer.reward_checks import RewardWarnings
 from hacrl.types import Problem, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -152,6 +153,7 @@ class Phases:
     sampling: SamplingParams  # every rollout's: G answers per prompt
     recompute: bool  # the workers recompute π_old after the rollout (rollout.old_logprobs)
     score_texts: Score
+    warnings: RewardWarnings = dataclasses.field(default_factory=RewardWarnings)  # all-zero, outside [0, 1]
 
     @classmethod
     def build(cls, cfg: Config, derived: Derived, score_texts: Score) -> Phases:
@@ -163,8 +165,8 @@ class Phases:
     def score(self, problems: list[Problem], answers: list[Trajectory], *, step: int
               ) -> tuple[TrajectoryPool, dict[str, float]]:
         """The answers with their rewards as a pool over ``problems`` (unscorable: reward None) and the counts
-        ``reward/<kind>`` and ``agent/<id>/unscorable``; ``step`` (1-based) names the step in warnings. An error
-        when no answer could be scored."""
+        ``reward/<kind>`` and ``agent/<id>/unscorable``; ``step`` (1-based) names the step in warnings (also, once,
+        all-zero rewards and rewards outside [0, 1]: ``reward_checks``). An error when no answer could be scored."""
         result = self.score_texts([t.text for t in answers], [problems[t.prompt_index] for t in answers])
         stats: dict[str, float] = {f"reward/{kind}": n for kind, n in result.counts().items()}
         for kind, message in result.first_message.items():
@@ -180,6 +182,7 @@ class Phases:
                         for t, reward in zip(answers, result.rewards, strict=True)]
         for index, agent_id in enumerate(self.agent_ids):
             stats[f"agent/{agent_id}/unscorable"] = sum(t.reward is None for t in trajectories if t.source == index)
+        self.warnings.check(trajectories, self.agent_ids, step)
         return TrajectoryPool(problems, trajectories), stats
 
     @staticmethod

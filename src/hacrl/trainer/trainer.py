@@ -54,6 +54,7 @@ from hacrl.trainer.phases import (
     rollout_metrics,
     timed,
 )
+from hacrl.trainer.reward_checks import warn_if_batch_exceeds_data
 from hacrl.trainer.start_eval import Evaluation, start_cache
 from hacrl.types import Problem, Trajectory
 
@@ -110,6 +111,8 @@ class Trainer:
         if cfg.task.kind != "dataset":  # a dataset's reader already warned, naming the file
             for reason, count in sorted(getattr(self.task, "skipped", {}).items()):
                 logger.warning("task %s: skipped %d items (%s)", self.task.name, count, reason)
+        num_train = cfg.task.size if cfg.task.kind == "reasoning-gym" else getattr(self.task, "num_train", None)
+        warn_if_batch_exceeds_data(cfg.trainer.batch_size, num_train, self.task.name)  # before any model loads
         self.step_idx = 0
         data_pos = 0
         manifest = ckpt.read_manifest(resume_from) if resume_from else None
