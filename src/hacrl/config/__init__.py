@@ -44,6 +44,7 @@ from hacrl.config.schema import (
     derive,
     recompute_old_logprobs,
     rollout_correction_mode,
+    with_epoch_steps,
 )
 
 __all__ = [
@@ -52,5 +53,5 @@ __all__ = [
     "RolloutConfig", "RunConfig", "TaskConfig", "TrainerConfig",
     "apply_override", "build_config", "config_fields", "dataset_name", "default_minibatch", "derive",
     "config_problems", "config_without_errors", "dump_config", "load_config", "merge_trees", "preset_names", "preset_text", "recompute_old_logprobs",
-    "resume_conflict", "rollout_correction_mode", "training_differences",
+    "resume_conflict", "rollout_correction_mode", "training_differences", "with_epoch_steps",
 ]

@@ -12,12 +12,14 @@ from hacrl.config.schema import AgentSpec, Config, _Section
 
 # Settings that may differ between a run and its continuation: ``hacrl train --resume``, and ``hacrl compare``
 # resuming or reusing a run directory. They change neither what is trained nor what a logged number
-# measures: how far it runs, how often it evaluates and checkpoints, extra benchmark evaluations, where logs
-# go, how the work is split (threads, micro-batches: the same sums in another order) and where agents run.
-# Not here: trainer.eval_size and eval_k (the held-out numbers would measure something else). ``agents.*.x``
-# is field x of every agent.
+# measures: how far it runs (but a learning-rate schedule other than constant is planned over the steps, and
+# its checkpoint refuses another count: ``hacrl.agents.lr_schedule``), how often it evaluates and checkpoints,
+# extra benchmark evaluations, where logs go, how the work is split (threads, micro-batches: the same sums in
+# another order) and where agents run. Not here: trainer.eval_size and eval_k (the held-out numbers would
+# measure something else). ``agents.*.x`` is field x of every agent.
 RESUME_NEUTRAL = frozenset({
-    "trainer.steps", "trainer.eval_every", "trainer.eval_benchmarks", "trainer.eval_budget",
+    "trainer.steps", "trainer.num_train_epochs", "trainer.eval_every", "trainer.eval_benchmarks",
+    "trainer.eval_budget",
     "trainer.start_eval_cache", "trainer.checkpoint_every",
     "trainer.keep_last", "trainer.log_samples", "trainer.eval_texts", "trainer.threads", "trainer.micro_batch_size",
     "run.name", "run.output_dir", "run.tensorboard", "run.loggers", "run.project", "task.reward_timeout_s",

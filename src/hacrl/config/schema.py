@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -49,6 +51,14 @@ class AgentSpec(_Section):
     model: str = Field(description="model directory, org/name[@revision] from the Hugging Face cache, or "
                        "builtin:<name> for a shipped model")
     lr: float = Field(1e-6, gt=0, description="AdamW learning rate")
+    lr_schedule: Literal["constant", "linear", "cosine", "constant_with_warmup"] = Field(
+        "constant", description="the rate over the run, TRL's lr_scheduler_type (transformers' get_scheduler, "
+        "advanced once per training step): constant lr, a linear or cosine decay to 0 at trainer.steps after the "
+        "warm-up, or constant_with_warmup")
+    warmup_steps: int = Field(0, ge=0, description="training steps of linear warm-up from 0 to lr (TRL's "
+                              "warmup_steps; wins when > 0)")
+    warmup_ratio: float = Field(0.0, ge=0, le=1, description="warm-up as a share of trainer.steps, rounded up, "
+                                "when warmup_steps is 0 (TRL's warmup_ratio)")
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0, description="max gradient norm per optimizer step")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -86,6 +96,15 @@ class AgentSpec(_Section):
         if not v or not all(c.isalnum() or c in "-_." for c in v):
             raise ValueError(f"{v!r} must be non-empty letters, digits, '-', '_' or '.'")
         return v
+
+    @model_validator(mode="after")
+    def _warmup_has_a_schedule(self) -> AgentSpec:
+        """TRL's ``constant`` ignores a warm-up silently; here a warm-up without a schedule that has one is an error."""
+        if self.lr_schedule == "constant" and (self.warmup_steps or self.warmup_ratio):
+            key = "warmup_steps" if self.warmup_steps else "warmup_ratio"
+            raise ValueError(f"{key}={getattr(self, key)} needs a schedule with a warm-up; set "
+                             f"agents.{self.id}.lr_schedule=constant_with_warmup (or linear, cosine)")
+        return self
 
 
 class TaskConfig(_Section):
@@ -246,7 +265,12 @@ class AlgorithmConfig(_Section):
 
 
 class TrainerConfig(_Section):
-    steps: int = Field(20, ge=1)
+    steps: int = Field(20, ge=1, description="training steps of batch_size prompts; null: counted from "
+                       "num_train_epochs")
+    num_train_epochs: float | None = Field(
+        None, gt=0, description="stop after this many passes over the training set (TRL's name): steps = "
+        "ceil(epochs × training problems / batch_size), counted when the task is built (a dataset or "
+        "reasoning-gym task; a builtin one draws problems without end); an explicit steps must agree")
     batch_size: int = Field(16, ge=1, description="prompts per step")
     minibatch_size: int | None = Field(None, ge=1, description="sequences per optimizer step; default B·G/2 "
                                           "(G: rollout.rollouts_per_prompt) for every algorithm")
@@ -277,6 +301,20 @@ class TrainerConfig(_Section):
     mode: Literal["lockstep", "async"] = Field(
         "lockstep", description="lockstep: every agent waits for the slowest at every phase; async: each agent "
         "trains at its own pace and shares its answers through a pool (settings in async.*, docs/async.md)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_steps_is_unset(cls, data: Any) -> Any:
+        """``steps: null`` leaves the count to ``num_train_epochs`` (a preset's steps can be cleared so)."""
+        if isinstance(data, dict) and "steps" in data and data["steps"] is None:
+            return {k: v for k, v in data.items() if k != "steps"}
+        return data
+
+    @property
+    def steps_known(self) -> bool:
+        """Whether ``steps`` is the run's count already: not left to ``num_train_epochs`` (see
+        :func:`with_epoch_steps`, which sets it once the task is built)."""
+        return self.num_train_epochs is None or "steps" in self.model_fields_set
 
 
 class BackendConfig(_Section):
@@ -367,6 +405,56 @@ class Config(_Section):
                 raise ValueError(f"trainer.mode=async with agents.{a.id}.data_parallel={a.data_parallel} is not "
                                  f"built yet; set agents.{a.id}.data_parallel=1 or trainer.mode=lockstep")
         return self
+
+    @model_validator(mode="after")
+    def _warmups_fit(self) -> Config:
+        if self.trainer.steps_known:
+            check_warmups(self.agents, self.trainer.steps)
+        return self
+
+
+def check_warmups(agents: list[AgentSpec], steps: int) -> None:
+    """A warm-up longer than the run is a mistake (the rate never reaches ``lr``); raises ValueError."""
+    for a in agents:
+        if a.warmup_steps > steps:
+            raise ValueError(f"agents.{a.id}.warmup_steps={a.warmup_steps} is more than the run's {steps} "
+                             f"trainer.steps (the rate would never reach lr); lower it, or set "
+                             f"agents.{a.id}.warmup_ratio instead")
+
+
+def epoch_steps(epochs: float, num_train: int, batch_size: int) -> int:
+    """Training steps of ``epochs`` passes over ``num_train`` problems at ``batch_size`` per step, rounded up.
+    The stream of problems runs on from one pass into the next (``DataStream``), so unlike TRL (which counts a
+    pass's last, partial batch as a step) exactly ``epochs × num_train`` prompts are asked for, then at most
+    ``batch_size - 1`` more to fill the last step. ``epochs`` is read as written (0.1 is a tenth, not its float).
+
+    >>> epoch_steps(1, 100, 16), epoch_steps(2, 100, 16), epoch_steps(0.5, 100, 16), epoch_steps(0.1, 30, 3)
+    (7, 13, 4, 1)
+    """
+    return max(1, math.ceil(Fraction(str(epochs)) * num_train / batch_size))
+
+
+def with_epoch_steps(cfg: Config, num_train: int | None, task: str) -> Config:
+    """``cfg`` with ``trainer.steps`` counted from ``trainer.num_train_epochs`` over the task's ``num_train``
+    training problems (:func:`epoch_steps`); ``cfg`` itself without epochs. The trainer calls it once the task
+    is built, so config.yaml, the workers' schedules and the loop see one count. ``num_train`` None: the task
+    ``task`` draws problems without end and has no epochs. Raises ConfigError."""
+    t = cfg.trainer
+    if t.num_train_epochs is None:
+        return cfg
+    if num_train is None:
+        raise ConfigError(f"trainer.num_train_epochs: task {task!r} draws new problems without end, so it has no "
+                          f"epochs; set trainer.steps instead (or use a dataset or reasoning-gym task)")
+    steps = epoch_steps(t.num_train_epochs, num_train, t.batch_size)
+    if "steps" in t.model_fields_set and t.steps != steps:
+        raise ConfigError(f"trainer.steps={t.steps} and trainer.num_train_epochs={t.num_train_epochs:g} disagree: "
+                          f"{t.num_train_epochs:g} passes over {num_train} training problems at {t.batch_size} per "
+                          f"step are {steps} steps; set one of them (trainer.steps=null leaves it to the epochs)")
+    try:
+        check_warmups(cfg.agents, steps)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return cfg.model_copy(update={"trainer": t.model_copy(update={"steps": steps})})
 
 
 @dataclass(frozen=True)
