@@ -1,6 +1,7 @@
-"""An agent: one Hugging Face causal LM with its tokenizer, prompt rendering, optimizer and optional
-frozen reference model. It computes token log-probs of padded batches and builds its own training view
-of the shared pool: its own answers as generated, other agents' answers re-tokenized from their text.
+"""An agent: one Hugging Face causal LM with its tokenizer, prompt rendering, optimizer (with its learning-rate
+schedule, ``hacrl.agents.lr_schedule``) and optional frozen reference model. It computes token log-probs of
+padded batches and builds its own training view of the shared pool: its own answers as generated, other agents'
+answers re-tokenized from their text.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from hacrl.agents.lr_schedule import LRSchedule, load_scheduler, save_scheduler
 from hacrl.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -147,14 +149,30 @@ class Agent:
         self.max_prompt_tokens = max_prompt_tokens
         self.max_answer_tokens = max_answer_tokens
         self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_schedule: LRSchedule | None = None  # None: constant, no scheduler
+        self.scheduler: Any = None  # lr_schedule's scheduler on the optimizer (torch's LRScheduler)
         self.ref_model: Any = None
         self.autocast_dtype: torch.dtype | None = None  # mixed precision: forward passes in this dtype
         self._prompt_cache: OrderedDict[str, list[int]] = OrderedDict()  # most recently used last
 
     # ---- set-up -------------------------------------------------------------------------------
     def configure_optimizer(self, *, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999)) -> None:
+        """AdamW over the trainable parameters, with ``lr_schedule``'s scheduler on it (set ``lr_schedule``
+        first; it stays on the agent because FSDP sharding builds the optimizer again)."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
+        self.scheduler = self.lr_schedule.build(self.optimizer) if self.lr_schedule is not None else None
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next optimizer step."""
+        assert self.optimizer is not None
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def step_lr(self) -> None:
+        """A training step is done: the schedule's next rate (constant: nothing changes)."""
+        if self.lr_schedule is not None:
+            self.lr_schedule.advance(self.scheduler)
 
     def enable_reference(self) -> None:
         """Keep a frozen copy of the current weights as the KL reference (a LoRA agent: its base with the
@@ -243,8 +261,8 @@ class Agent:
 
     # ---- persistence --------------------------------------------------------------------------
     def save(self, path: Path, *, with_optimizer: bool = True) -> None:
-        """Weights + tokenizer (+ optimizer, + reference). A LoRA agent saves its adapter and a merged,
-        standalone copy in ``merged/``; its reference is the base model, so none is saved."""
+        """Weights + tokenizer (+ optimizer and its scheduler, + reference). A LoRA agent saves its adapter and a
+        merged, standalone copy in ``merged/``; its reference is the base model, so none is saved."""
         path.mkdir(parents=True, exist_ok=True)
         if self.is_lora:
             from hacrl.agents.lora import save_lora
@@ -255,6 +273,7 @@ class Agent:
         self.tokenizer.save_pretrained(path)
         if with_optimizer and self.optimizer is not None:
             torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+            self.save_scheduler(path)
         if self.ref_model is not None and not self.is_lora:
             self.ref_model.save_pretrained(path / "reference")
 
@@ -262,6 +281,16 @@ class Agent:
         opt_file = path / "optimizer.pt"
         if self.optimizer is not None and opt_file.exists():
             self.optimizer.load_state_dict(torch.load(opt_file, map_location=self.device, weights_only=True))
+
+    def save_scheduler(self, path: Path) -> None:
+        """The schedule's state into ``path/scheduler.pt`` (constant: no file)."""
+        if self.lr_schedule is not None:
+            save_scheduler(self.scheduler, self.lr_schedule, path)
+
+    def load_scheduler(self, path: Path) -> None:
+        """The schedule's state from the checkpoint directory ``path``, its rate into the optimizer."""
+        if self.lr_schedule is not None:
+            load_scheduler(self.scheduler, self.lr_schedule, path, self.id)
 
 
 def load_agent(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.agents.agent import DTYPES, Agent, load_agent
+from hacrl.agents.lr_schedule import SCHEDULER_FILE, agent_schedule
 from hacrl.backends.devices import check_device, warn_slow_cpu_precision
 from hacrl.backends.resolve import resolve_model_path
 from hacrl.config import AgentSpec, Config
@@ -14,8 +15,8 @@ from hacrl.errors import DamagedCheckpoint, InputError
 
 
 def load_worker_agent(cfg: Config, index: int, resume_from: Path | None) -> Agent:
-    """Agent ``index`` of ``cfg``, from its model or from the checkpoint ``resume_from`` (weights, optimizer,
-    reference; a LoRA agent as its base model plus the checkpoint's adapter)."""
+    """Agent ``index`` of ``cfg``, from its model or from the checkpoint ``resume_from`` (weights, optimizer and
+    its learning-rate schedule, reference; a LoRA agent as its base model plus the checkpoint's adapter)."""
     spec = cfg.agents[index]
     check_device(spec.device, f"agents.{spec.id}.device")
     warn_slow_cpu_precision(spec)
@@ -35,6 +36,7 @@ def load_worker_agent(cfg: Config, index: int, resume_from: Path | None) -> Agen
         from hacrl.agents.agent import enable_checkpointing
 
         enable_checkpointing(agent.model)  # non-reentrant, without transformers 5's FutureWarning
+    agent.lr_schedule = agent_schedule(spec, cfg.trainer.steps)  # over the run's steps (epochs already counted)
     agent.configure_optimizer(lr=spec.lr, weight_decay=spec.weight_decay)
     if spec.kl_coef > 0:
         if resume_from and (path / "reference").is_dir():
@@ -47,6 +49,7 @@ def load_worker_agent(cfg: Config, index: int, resume_from: Path | None) -> Agen
             agent.enable_reference()
     if resume_from:
         from_checkpoint(path / "optimizer.pt", lambda: agent.load_optimizer(path))
+        from_checkpoint(path / SCHEDULER_FILE, lambda: agent.load_scheduler(path))  # after the optimizer
     return agent
 
 

@@ -129,6 +129,8 @@ class AgentWorker:
     def init_data_parallel(self, address: str) -> None:
         """Join this agent's data-parallel group (every rank calls it at the same time)."""
         self.dp_group = join_group(self.agent, self.spec, address, self.rank, self.world, self._resume_from)
+        if self.spec.fsdp and self._resume_from:  # sharding built a new optimizer and scheduler
+            self.agent.load_scheduler(self._resume_from / "agents" / self.spec.id)
 
     @contextlib.contextmanager
     def _own_rng(self) -> Iterator[None]:
@@ -194,10 +196,13 @@ class AgentWorker:
                             cfg.trainer.micro_batch_size, self.spec.grad_clip, cfg.trainer.shared_prompt_forward)
         lower0 = self.window.bounds() if self.window is not None else None
         ratios: dict[int, list[float]] | None = {} if lower0 is not None else None
+        lr = agent.lr  # this step's rate (agents[i].lr_schedule), for every minibatch of the step
         metrics = learn(agent, pool, request.omega_NN, self.algo, self.settings, schedule,
                         stale=stale if cfg.trainer.mode == "async" else None, dp_group=self.dp_group,
                         cross_lower0=lower0, observed_ratios=ratios, before_update=self._sleep_engine_for_training)
         check_update(agent.model, metrics, self.spec, self.step_idx + 1)
+        agent.step_lr()
+        metrics["lr"] = lr
         sync = getattr(self.engine, "sync_weights", None)
         self._wake_up(gather=sync is None)  # an engine with weights of its own: pushed from the shards
         if sync is not None:
@@ -230,6 +235,8 @@ class AgentWorker:
             path.mkdir(parents=True, exist_ok=True)
             sharding.save_sharded(self.agent, path, self.dp_group)
             sharding.export_pretrained(self.agent, path, self.rank)
+            if self.rank == 0:
+                self.agent.save_scheduler(path)
         elif self.rank == 0:
             self.agent.save(path)
         else:
