@@ -18,6 +18,7 @@ problem's id is ``<name>/test/<i>``, the same in every seed's run. The train str
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import math
 import random
@@ -152,14 +153,29 @@ class ReasoningGymTask:
         while True:
             yielded = 0
             for i in seeded_order(len(self._train_ds), f"train/{seed}/{epoch}"):
-                problem = self._problem(self._train_ds, i, "train")
-                if problem is not None and normalize_question(problem.meta["question"]) not in self._held:
+                problem = self._train_problem(i)
+                if problem is not None:
                     yielded += 1
                     yield problem
             if not yielded:
                 raise InputError(f"reasoning-gym {self.name!r}: no train item left (unusable: "
                                  f"{dict(self.skipped)}; the rest are test items); fix: raise size")
             epoch += 1
+
+    def _train_problem(self, index: int) -> Problem | None:
+        """Train item ``index`` as a problem; None when it is unusable (counted in ``skipped``) or held out."""
+        problem = self._problem(self._train_ds, index, "train")
+        held = problem is not None and normalize_question(problem.meta["question"]) in self._held
+        return None if held else problem
+
+    @functools.cached_property
+    def num_train(self) -> int:
+        """Problems in one pass of :meth:`train_problems` (``trainer.num_train_epochs``): the items are read once,
+        the first time it is asked, without counting their skips in ``skipped`` again."""
+        skipped = self.skipped.copy()
+        n = sum(self._train_problem(i) is not None for i in range(len(self._train_ds)))
+        self.skipped = skipped
+        return n
 
     def test_problems(self, n: int | None = None) -> list[Problem]:
         return list(self._test if n is None else self._test[:n])

@@ -31,7 +31,7 @@ import yaml
 from hacrl.agents.agent import Agent
 from hacrl.agents.gguf import check_finetune_overlap
 from hacrl.backends import make_backend
-from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict
+from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict, with_epoch_steps
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task, task_scorer
 from hacrl.learner.algorithms import ALGORITHMS, resolve
@@ -111,6 +111,9 @@ class Trainer:
         if cfg.task.kind != "dataset":  # a dataset's reader already warned, naming the file
             for reason, count in sorted(getattr(self.task, "skipped", {}).items()):
                 logger.warning("task %s: skipped %d items (%s)", self.task.name, count, reason)
+        if cfg.trainer.num_train_epochs is not None:  # trainer.steps from the epochs, now the data's size is known
+            self.cfg = cfg = with_epoch_steps(cfg, getattr(self.task, "num_train", None), self.task.name)
+            logger.info("trainer.num_train_epochs=%g: %d steps", cfg.trainer.num_train_epochs, cfg.trainer.steps)
         num_train = cfg.task.size if cfg.task.kind == "reasoning-gym" else getattr(self.task, "num_train", None)
         warn_if_batch_exceeds_data(cfg.trainer.batch_size, num_train, self.task.name)  # before any model loads
         self.step_idx = 0
