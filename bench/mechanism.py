@@ -344,7 +344,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 # adding one, never moves another arm's colour; variants (``name@key=value``) count down from the last slot
 ARM_ORDER = ("hacpo", "naive", "imitation", "ftis", "luffy", "sgt", "naive-recompute", "gated-group",
              "hacpo-adaptive", "hacpo-noomega", "hacpo-noadv", "hacpo-alpha0", "hacpo-noclip", "hacpo-nostep",
-             "hacpo-capbase")
+             "hacpo-capbase", "trust")
 SLOTS = 20  # tab20
 
 

@@ -166,7 +166,7 @@ def test_partner_loss_gate_weights_the_partner_rows_only():
 
 def test_the_partner_loss_is_registered_and_checks_its_names():
     assert POLICY_LOSSES.get("partner") is partner_loss
-    assert sorted(PARTNER_TERMS) == ["gate", "ratio", "shaping", "truncated_is"]
+    assert sorted(PARTNER_TERMS) == ["gate", "ratio", "shaping", "truncated_is", "trust"]
     assert sorted(NEGATIVE_FILTERS) == ["drop", "keep", "veto"]
     with pytest.raises(KeyError, match="unknown partner term 'tis'"):
         partner_loss(rows_4(), clip_low=0.2, clip_high=0.28, partner_term="tis")

@@ -49,6 +49,7 @@ from hacrl.learner.algorithms import derive_for, resolve
 from hacrl.learner.learn import Schedule, StaleSettings, learn
 from hacrl.learner.old_logprobs import recompute_logprobs
 from hacrl.learner.request import UpdateRequest
+from hacrl.learner.trust import TRUST_FILE, LearnerTrust
 from hacrl.learner.update import LossSettings
 from hacrl.learner.window import WINDOW_FILE, LearnerWindow
 from hacrl.rollout import SamplingParams
@@ -89,6 +90,7 @@ class AgentWorker:
         self._resume_from = resume_from
         self.own = OwnAnswers(index, self.spec.id)  # own answers' tokens, kept from rollout to update
         self.window = LearnerWindow.for_run(cfg, index)  # the adaptive cross window's ℓ_0 per source, or None
+        self.trust = LearnerTrust.for_run(cfg, index, self.algo)  # the trust method's τ per partner, or None
         if not defer_setup:
             self.setup()
 
@@ -109,6 +111,10 @@ class AgentWorker:
             window = self.window
             from_checkpoint(resume_from / "agents" / self.spec.id / WINDOW_FILE,
                             lambda: window.restore(resume_from, self.spec.id))
+        if self.trust is not None and resume_from:
+            trust = self.trust
+            from_checkpoint(resume_from / "agents" / self.spec.id / TRUST_FILE,
+                            lambda: trust.restore(resume_from, self.spec.id))
 
     @property
     def _rng_file(self) -> str:
@@ -196,10 +202,18 @@ class AgentWorker:
                             cfg.trainer.micro_batch_size, self.spec.grad_clip, cfg.trainer.shared_prompt_forward)
         lower0 = self.window.bounds() if self.window is not None else None
         ratios: dict[int, list[float]] | None = {} if lower0 is not None else None
+        trust_metrics: dict[str, float] = {}
+        trust = None
+        if self.trust is not None:  # this step's validation check (if any) moves the trust before the update
+            trust_metrics = self.trust.observe(request.validation[self.index] if request.validation else None)
+            trust = self.trust.settings()
+            trust_metrics.update(self.trust.metrics(*trust))
         lr = agent.lr  # this step's rate (agents[i].lr_schedule), for every minibatch of the step
         metrics = learn(agent, pool, request.omega_NN, self.algo, self.settings, schedule,
                         stale=stale if cfg.trainer.mode == "async" else None, dp_group=self.dp_group,
-                        cross_lower0=lower0, observed_ratios=ratios, before_update=self._sleep_engine_for_training)
+                        cross_lower0=lower0, observed_ratios=ratios, trust=trust,
+                        before_update=self._sleep_engine_for_training)
+        metrics.update(trust_metrics)
         check_update(agent.model, metrics, self.spec, self.step_idx + 1)
         agent.step_lr()
         metrics["lr"] = lr
@@ -247,6 +261,8 @@ class AgentWorker:
             self.own.save(path / PENDING_FILE, self.step_idx)
         if self.window is not None and self.rank == 0:
             self.window.save(path)
+        if self.trust is not None and self.rank == 0:
+            self.trust.save(path)
 
     def pending_keys(self) -> list[tuple[int, int]]:
         """The ``(tag, position)`` of the own answers kept for a later update (tests and the checkpoint's check)."""

@@ -184,7 +184,7 @@ def _off_mode(v: Any) -> Any:
 
 class AlgorithmConfig(_Section):
     name: str = Field("hacpo", description="hacpo, gspo, gspo2x, gspo-x<N>, naive, imitation, grpo, a hacpo-* "
-                      "variant, naive-recompute, sgt, luffy, ftis or gated-group (docs/methods.md)")
+                      "variant, naive-recompute, sgt, luffy, ftis, gated-group or trust (docs/methods.md)")
     # the defaults below are hacpo's; _algorithm_clip_defaults puts in the named algorithm's when they are left out
     clip_low: float = Field(SEQUENCE_CLIP_DEFAULT[0], ge=0, lt=1, description="ε_low of own-answer clipping; "
                             "default: the algorithm's, 3e-4 (GSPO, the paper), grpo 0.2")
@@ -218,19 +218,32 @@ class AlgorithmConfig(_Section):
     partner_old: Literal["author", "learner", "none"] | None = Field(
         None, description="π_old of a partner answer: its author's rollout log-prob, the learner's own pre-update "
         "log-prob (ratio 1 at the first minibatch), or none (no ratio); default: the algorithm's or the weight's")
-    partner_weight: Literal["hacpo", "ratio", "nll", "truncated_is", "gate", "shaping"] | None = Field(
+    partner_weight: Literal["hacpo", "ratio", "nll", "truncated_is", "gate", "shaping", "trust"] | None = Field(
         None, description="a partner answer's weight: hacpo's window, GSPO's clip as own (ratio), λ·NLL, "
-        "min(s, is_cap), GRAFT's gate 1[s > gate_threshold]·min(s, 1), LUFFY's π/(π+γ); default: the algorithm's")
-    advantage: Literal["hacpo", "hacpo_capped", "group", "group_mean", "own", "partner"] | None = Field(
+        "min(s, is_cap), GRAFT's gate 1[s > gate_threshold]·min(s, 1), LUFFY's π/(π+γ), or GSPO's clip times the "
+        "learner's trust τ in that partner, cut below s = trust_floor^τ (trust); default: the algorithm's")
+    advantage: Literal["hacpo", "hacpo_capped", "group", "group_mean", "own", "partner", "trust"] | None = Field(
         None, description="the advantage: hacpo's capability-aware one (hacpo_capped: ω ≤ 1 in its baseline), "
         "the joint group's (group_mean: no std), "
-        "the learner's own group's (0 on partner answers), or each author's own group's; default: the algorithm's")
+        "the learner's own group's (0 on partner answers), each author's own group's, or the joint group's with "
+        "each partner weighted by the learner's trust (trust); default: the algorithm's")
     negatives: Literal["keep", "drop", "veto"] | None = Field(
         None, description="the partner loss's negative partner answers: keep, drop all, or drop those with "
         "KL = −log s > veto_kl; default: the algorithm's")
     is_cap: float = Field(2.0, gt=0, description="partner_weight=truncated_is: the cap C of min(s, C)")
     gate_threshold: float = Field(0.8, ge=0, description="partner_weight=gate: s must exceed it to pass the gate")
     shaping_gamma: float = Field(0.1, gt=0, description="partner_weight=shaping: γ of f(π) = π/(π + γ)")
+    trust_every: int = Field(5, ge=1, description="trust: steps between two validation checks (the first before "
+                             "step 1)")
+    trust_val_size: int = Field(256, ge=8, description="trust: problems of the training split in the validation "
+                                "slice, the same for every seed (hacrl.core.trust)")
+    trust_floor: float = Field(0.1, gt=0, lt=1, description="trust: the ratio floor at full trust; a partner "
+                               "answer with s below trust_floor^τ gives no gradient")
+    trust_z: float = Field(2.0, ge=0, description="trust: the paired test's z (losses − wins ≥ z·√(losses + wins) "
+                           "on the slice is harm)")
+    trust_min_drop: float = Field(0.02, ge=0, lt=1, description="trust: the smallest net share of the slice lost "
+                                  "that counts as harm")
+    trust_regain: float = Field(0.25, ge=0, le=1, description="trust: τ added after each check without harm")
     veto_kl: float = Field(0.1, ge=0, description="negatives=veto: the largest per-token KL (−log s) a negative "
                            "partner answer may have")
     rollout_correction: Literal["auto", "off", "truncate", "mask", "masked-is"] = Field(

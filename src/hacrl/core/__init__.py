@@ -4,7 +4,7 @@ No I/O, no config objects, no ``.item()``. Equation numbers refer to arXiv 2603.
 resolved ambiguities are listed in docs/architecture.md.
 """
 
-from hacrl.core.advantages import group_advantages, hacpo_advantages, omega_matrix
+from hacrl.core.advantages import group_advantages, hacpo_advantages, omega_matrix, weighted_group_advantages
 from hacrl.core.capability import CapabilityTracker, RecentCapability
 from hacrl.core.correction import ROLLOUT_CORRECTIONS, rollout_correction
 from hacrl.core.logprobs import selected_logprobs
@@ -57,6 +57,7 @@ __all__ = [
     "sequence_log_ratio",
     "sequence_nll",
     "staleness_correction",
+    "weighted_group_advantages",
     "stepwise_lower_bound",
     "stepwise_tightened",
 ]

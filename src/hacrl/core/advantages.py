@@ -88,6 +88,46 @@ def group_advantages(
     return torch.where(degenerate_G[inv_B], torch.zeros_like(adv_B), adv_B)
 
 
+def weighted_group_advantages(rewards: Tensor, group_ids: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
+    """Group advantages with a weight per answer in the group's mean and std (the ``trust`` method: a partner's
+    answers count in the baseline as much as the learner trusts that partner; ``hacrl.core.trust``).
+
+    Per group g, with W = Σ w_i: mean μ = Σ w_i R_i / W and the frequency-weighted unbiased variance
+    Σ w_i (R_i − μ)² / (W − 1); each answer gets (R_i − μ) / (std + eps). Weights of 1 give
+    ``group_advantages`` exactly; weights of 0 leave an answer out of its group's statistics (it still gets an
+    advantage against them). A group is degenerate (advantage 0) when W < 2 or its weighted answers' rewards
+    are all equal.
+
+    Args:
+        rewards: float[B]; group_ids: long[B]; weights: float[B], ≥ 0.
+
+    Own answers {1, 0} (weight 1) and a partner's {1, 1} at weight 0: the own group's ±0.7071; at weight 1 the
+    joint group's mean ¾, std ½: +0.5 and −1.5.
+
+    >>> g = torch.tensor([0, 0, 0, 0])
+    >>> r = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    >>> weighted_group_advantages(r, g, torch.tensor([1.0, 1.0, 0.0, 0.0])).round(decimals=4)
+    tensor([ 0.7071, -0.7071,  0.7071,  0.7071])
+    >>> weighted_group_advantages(r, g, torch.ones(4)).round(decimals=4)
+    tensor([ 0.5000, -1.5000,  0.5000,  0.5000])
+    """
+    _check_flat(rewards=rewards, group_ids=group_ids, weights=weights)
+    if bool((weights < 0).any()):
+        raise ValueError("weights must be >= 0")
+    r_B, w_B = rewards.float(), weights.float()
+    inv_B, num_groups = _segments(group_ids)
+    w_G = _segment_sum(w_B, inv_B, num_groups)
+    mean_G = _segment_sum(w_B * r_B, inv_B, num_groups) / w_G.clamp_min(1e-12)
+    # w_i (R_i − μ)²: the frequency-weighted sum of squares
+    var_G = _segment_sum(w_B * (r_B - mean_G[inv_B]) ** 2, inv_B, num_groups) / (w_G - 1).clamp_min(1e-12)
+    counted_B = w_B > 0
+    max_G = _segment_extreme(torch.where(counted_B, r_B, float("-inf")), inv_B, num_groups, "amax")
+    min_G = _segment_extreme(torch.where(counted_B, r_B, float("inf")), inv_B, num_groups, "amin")
+    degenerate_G = (w_G < 2) | (max_G <= min_G)
+    adv_B = (r_B - mean_G[inv_B]) / (var_G.sqrt()[inv_B] + eps)
+    return torch.where(degenerate_G[inv_B], torch.zeros_like(adv_B), adv_B)
+
+
 def omega_matrix(capability: Tensor, *, ratio_min: float = OMEGA_MIN, ratio_max: float = OMEGA_MAX,
                  floor: float = CAPABILITY_FLOOR) -> Tensor:
     """ω^(k,j) = clamp(P̂_k / P̂_j, ratio_min, ratio_max) for every learner k (row) and source j (col).

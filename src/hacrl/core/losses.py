@@ -59,6 +59,9 @@ class LossInputs:
         partner_weight_B: float[B], a fixed (detached) weight of each other agent's row, set by the learner before
             the update (GRAFT's gate, ``hacrl.core.partner.gate_weight``); ignored on own rows. Only the partner
             loss reads it; None: 1.
+        partner_floor_B: float[B], the lowest ratio s at which each other agent's row still trains (the ``trust``
+            method's ℓ_j = floor^τ_j, ``hacrl.core.trust``): a row whose current s lies below it gives no gradient;
+            ignored on own rows. Only the partner loss reads it; None: no floor.
     """
 
     logp_BT: Tensor
@@ -74,6 +77,7 @@ class LossInputs:
     own_share: float | None = None
     imitate_share: float | None = None
     partner_weight_B: Tensor | None = None
+    partner_floor_B: Tensor | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.logp_BT.shape)
@@ -82,7 +86,7 @@ class LossInputs:
         if shape[0] == 0:
             raise ValueError("empty minibatch: logp has no sequences")
         for name in ("advantages_B", "old_logp_mean_B", "own_B", "omega_B", "imitate_B", "rollout_weight_B",
-                     "partner_weight_B"):
+                     "partner_weight_B", "partner_floor_B"):
             t = getattr(self, name)
             if t is not None and tuple(t.shape) != shape[:1]:
                 raise ValueError(f"{name} must be [{shape[0]}], got {tuple(t.shape)}")

@@ -8,12 +8,14 @@ partner's answers (the ingredients of docs/methods.md), each a pure function of 
 with s_i = exp(ℓ̄_θ(y_i) − old_logp_mean_i) the sequence ratio (π_old of a partner row: the author's rollout mean
 log-prob, or the learner's own pre-update one, as the learner set it), g_i a fixed detached weight per row
 (``LossInputs.partner_weight_B``: GRAFT's gate, ``gate_weight``; 1 without one) and keep_i the negative filter
-(``NEGATIVE_FILTERS``). Every term is a mean over a sequence's own tokens, so a partner row counts once in the
+(``NEGATIVE_FILTERS``), and a row whose current s lies below its floor (``LossInputs.partner_floor_B``, the
+``trust`` method's) gives no gradient. Every term is a mean over a sequence's own tokens, so a partner row counts once in the
 mean over rows, as an own row does (seq-mean-token-mean).
 
 Partner terms (``PARTNER_TERMS``):
-- ``ratio`` / ``gate``: GSPO's clipped surrogate min(s·A, clip(s, 1−ε_l, 1+ε_h)·A) on the partner row too (``gate``
-  is the same term; the learner gives it the fixed gate weight g and the learner's own π_old);
+- ``ratio`` / ``gate`` / ``trust``: GSPO's clipped surrogate min(s·A, clip(s, 1−ε_l, 1+ε_h)·A) on the partner row
+  too (``gate`` is the same term, with the fixed gate weight g and the learner's own π_old; ``trust`` with the
+  weight g = τ_j and the floor ℓ_j of ``hacrl.core.trust``);
 - ``truncated_is``: F-TIS's truncated importance weight, sg(min(s, C))·A·∇ℓ̄_θ (value min(s, C)·A);
 - ``shaping``: LUFFY's f(π) = π/(π + γ) per token, no ratio: (1/L) Σ_t f(π_θ(y_t))·A.
 """
@@ -91,8 +93,8 @@ def kl_veto(*, adv_B: Tensor, log_ratio_B: Tensor, veto_kl: float) -> Tensor:
     return (adv_B >= 0) | (-log_ratio_B.detach() <= veto_kl)
 
 
-for _name, _term in (("ratio", clipped_term), ("gate", clipped_term), ("truncated_is", truncated_is_term),
-                     ("shaping", shaping_term)):
+for _name, _term in (("ratio", clipped_term), ("gate", clipped_term), ("trust", clipped_term),
+                     ("truncated_is", truncated_is_term), ("shaping", shaping_term)):
     PARTNER_TERMS.add(_name, _term)
 for _name, _filter in (("keep", keep_all), ("drop", drop_negatives), ("veto", kl_veto)):
     NEGATIVE_FILTERS.add(_name, _filter)
@@ -139,7 +141,8 @@ def partner_loss(
 
     Args:
         inputs: the rows; needs ``old_logp_mean_B`` and ``own_B``. ``partner_weight_B``: a fixed weight of each
-            partner row (None: 1); ``omega_B`` is not read.
+            partner row (None: 1); ``partner_floor_B``: the lowest ratio s at which a partner row trains (None:
+            none); ``omega_B`` is not read.
         clip_low, clip_high: GSPO's radii, for own rows and the ``ratio`` / ``gate`` partner term.
         partner_term: a ``PARTNER_TERMS`` name; negatives: a ``NEGATIVE_FILTERS`` name.
         is_cap: C of ``truncated_is``; shaping_gamma: γ of ``shaping``; veto_kl: τ of the ``veto`` filter.
@@ -160,6 +163,8 @@ def partner_loss(
     g_B = (inputs.partner_weight_B.detach().float() if inputs.partner_weight_B is not None
            else torch.ones_like(adv_B))
     kept_B = keep(adv_B=adv_B, log_ratio_B=log_ratio_B, veto_kl=veto_kl)
+    if inputs.partner_floor_B is not None:  # trust: s < ℓ_j gives no gradient (the floor, not a clip: no constant)
+        kept_B = kept_B & (s_B.detach() >= inputs.partner_floor_B.to(s_B))
     partner_obj_B = g_B * term(s_B=s_B, adv_B=adv_B, logp_BT=logp, mask_BT=mask, clip_low=clip_low,
                                clip_high=clip_high, is_cap=is_cap, shaping_gamma=shaping_gamma)
     partner_obj_B = torch.where(kept_B, partner_obj_B, torch.zeros_like(partner_obj_B))

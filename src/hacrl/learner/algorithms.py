@@ -31,6 +31,9 @@
 | gated-group     | G per agent, shared   | on prompts the learner failed and a partner's group is  |
 |                 |                       | mixed: that whole group, its own advantages, GRAFT's    |
 |                 |                       | gate 1[s > 0.8]·min(s, 1), ratio to the learner's π_old |
+| trust           | G per agent, shared   | naive's pool, each partner's answers weighted by the    |
+|                 |                       | learner's trust τ_j in it and cut below s = 0.1^τ_j; τ_j|
+|                 |                       | falls to 0 when a validation check shows harm (ours)    |
 
 With the default minibatch (B·G/2 sequences, in whole prompt groups), a learner's optimizer steps per
 training step depend only on its answers per prompt: N·G for hacpo with N agents and for gspo-x<N> alike
@@ -53,8 +56,8 @@ own), so that ``--algos hacpo@share_prompts=learner_failed`` composes a variant 
 - ``partner_old``: π_old of a partner row: author (its rollout log-prob), learner (the learner's own pre-update
   pass, ``recompute_partner_old``) or none (a term without a ratio);
 - ``partner_weight``: hacpo (loss hacpo), ratio (GSPO's clip, the row as own: loss gspo), nll (loss imitation),
-  truncated_is, gate, shaping (loss partner, ``hacrl.core.partner``);
-- ``advantage`` (``sharing.ADVANTAGES``): hacpo, hacpo_capped, group, group_mean, own, partner;
+  truncated_is, gate, shaping, trust (loss partner, ``hacrl.core.partner``);
+- ``advantage`` (``sharing.ADVANTAGES``): hacpo, hacpo_capped, group, group_mean, own, partner, trust;
 - ``negatives`` (``hacrl.core.partner.NEGATIVE_FILTERS``, the partner loss): keep, drop, veto.
 """
 
@@ -95,7 +98,8 @@ class Algorithm:
 # partner_weight → (loss, cross_as_own): the policy loss that implements each way of weighting a partner answer
 PARTNER_WEIGHT_LOSS: dict[str, tuple[str, bool]] = {
     "hacpo": ("hacpo", False), "ratio": ("gspo", True), "nll": ("imitation", False),
-    "truncated_is": ("partner", False), "gate": ("partner", False), "shaping": ("partner", False)}
+    "truncated_is": ("partner", False), "gate": ("partner", False), "shaping": ("partner", False),
+    "trust": ("partner", False)}
 # partner_weight → the π_old it reads when partner_old is not given: a term without a ratio reads none, the gate the
 # learner's own pre-update pass (its PPO ratio and its gate both need it), the others the author's
 IMPLIED_PARTNER_OLD = {"nll": "none", "shaping": "none", "gate": "learner"}
@@ -104,7 +108,7 @@ INGREDIENTS: dict[str, tuple[str, ...]] = {
     "partner_answers": ("group", "correct", "one_correct"),
     "partner_old": ("author", "learner", "none"),
     "partner_weight": tuple(PARTNER_WEIGHT_LOSS),
-    "advantage": ("hacpo", "hacpo_capped", "group", "group_mean", "own", "partner"),
+    "advantage": ("hacpo", "hacpo_capped", "group", "group_mean", "own", "partner", "trust"),
     "negatives": ("keep", "drop", "veto"),
 }
 
@@ -149,6 +153,12 @@ for _algo in (
     # its own advantages, the fixed gate 1[s > 0.8]·min(s, 1), a ratio to the learner's own π_old
     Algorithm("gated-group", shares_pool=True, advantage="partner", loss="partner", use_omega=False,
               share_prompts="learner_failed_partner_mixed", partner_old="learner", partner_weight="gate"),
+    # trust (ours, hacrl.core.trust): naive's pool with each partner's answers weighted by the learner's trust τ_j in
+    # that partner, cut below the ratio floor 0.1^τ_j, and weighted by τ_j in the joint group's baseline; τ_j drops
+    # to 0 when the learner's accuracy on a validation slice of the training split falls (a paired test) and
+    # climbs back after each check without a fall
+    Algorithm("trust", shares_pool=True, advantage="trust", loss="partner", use_omega=False,
+              partner_weight="trust"),
 ):
     ALGORITHMS.add(_algo.name, _algo)
 
@@ -159,6 +169,12 @@ def adaptive_window(algo: Algorithm, cross_window: str) -> bool:
     the cross clip on)."""
     has_window = algo.shares_pool and algo.loss == "hacpo" and algo.cross_clip
     return has_window and (algo.adaptive_window or cross_window == "adaptive")
+
+
+def uses_trust(algo: Algorithm) -> bool:
+    """Whether the learners of ``algo`` hold a trust per partner (``hacrl.learner.trust``): the ``trust`` weight
+    or the ``trust`` advantage, which read it; the trainer then runs the validation checks that move it."""
+    return algo.shares_pool and (algo.partner_weight == "trust" or algo.advantage == "trust")
 
 
 def _gspo_times(n: str) -> Algorithm:

@@ -21,6 +21,7 @@ from hacrl.learner.algorithms import Algorithm
 from hacrl.learner.old_logprobs import prox_logprobs
 from hacrl.learner.update import (
     LossSettings,
+    apply_trust,
     assign_advantages,
     build_view,
     correct_stale_rows,
@@ -56,18 +57,22 @@ class Schedule:
 def learn(agent: Agent, pool: TrajectoryPool, omega_NN: Tensor, algo: Algorithm, settings: LossSettings,
           schedule: Schedule, *, stale: StaleSettings | None = None, dp_group: Any = None,
           cross_lower0: Sequence[float] | None = None, observed_ratios: dict[int, list[float]] | None = None,
+          trust: tuple[Sequence[float], Sequence[float]] | None = None,
           before_update: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Train ``agent`` on ``pool`` (its own answers with their token ids) for one step of ``algo``; returns the
     update's metrics (``update_learner``'s), ``optimizer_steps``, ``truncated_frac`` (the share of its rows cut at
-    its answer limit) and, with ``stale``, ``staleness_is/*``. ``before_update`` runs once the rows are ready and
-    before the first optimizer step (the worker puts its engine to sleep there)."""
+    its answer limit) and, with ``stale``, ``staleness_is/*``. ``trust``: the ``trust`` method's τ and ratio floor per
+    source agent (``hacrl.learner.trust``). ``before_update`` runs once the rows are ready and before the first
+    optimizer step (the worker puts its engine to sleep there)."""
     prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
     rows = build_view(agent, pool, algo, prompts)
     stale_metrics = correct_stale_rows(rows, lambda rs: prox_logprobs(
         agent, [r.prompt_ids for r in rs], [r.answer_ids for r in rs], schedule.micro_batch_size),
         mode=stale.mode, cap=stale.cap, max_log_ratio=settings.max_log_ratio,
         engine_behaviour=stale.engine_behaviour) if stale is not None else {}
-    assign_advantages(rows, agent.index, algo, omega_NN)
+    if trust is not None:
+        apply_trust(rows, *trust)
+    assign_advantages(rows, agent.index, algo, omega_NN, trust[0] if trust is not None else None)
     mbs = minibatches(rows, schedule.minibatch_size, schedule.rows_per_prompt, seed=schedule.seed)
     before_update()
     metrics: dict[str, Any] = update_learner(

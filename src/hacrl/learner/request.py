@@ -29,9 +29,12 @@ class UpdateRequest:
             in its order (each own answer carries its ``version_gap``, ``Trajectory.version_gap``); None:
             lock-step (the pool holds exactly the step's own answers).
         forget: the asynchronous mode: keys of own answers that expired unused.
+        validation: the ``trust`` method's validation check before this step, per agent (in config order) per
+            problem of the slice: whether its greedy answer was right; None: no check this step.
     """
 
     pool: TrajectoryPool
     omega_NN: Tensor
     own_keys: tuple[tuple[int, int], ...] | None = None
     forget: tuple[tuple[int, int], ...] = ()
+    validation: tuple[tuple[bool, ...], ...] | None = None

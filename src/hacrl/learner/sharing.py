@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from hacrl.core import group_advantages, hacpo_advantages
+from hacrl.core import group_advantages, hacpo_advantages, weighted_group_advantages
 from hacrl.registry import Registry
 
 CORRECT_REWARD = 1.0  # a verified-correct answer has the task's full reward (as the trainer's accuracy counts)
@@ -92,21 +92,21 @@ def select_partner_rows(rows: list, share_prompts: str, partner_answers: str) ->
 
 class AdvantageFn(Protocol):
     def __call__(self, rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
-                 capability_aware: bool) -> Tensor: ...
+                 capability_aware: bool, source_weight_N: Tensor | None = None) -> Tensor: ...
 
 
 ADVANTAGES: Registry[AdvantageFn] = Registry("advantage")
 
 
 def _hacpo(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
-           capability_aware: bool) -> Tensor:
+           capability_aware: bool, source_weight_N: Tensor | None = None) -> Tensor:
     """HACPO's capability-aware advantage over the joint group (eqs. 6-7)."""
     return hacpo_advantages(rewards_B, groups_B, sources_B, learner=learner, omega=omega_N,
                             capability_aware=capability_aware)
 
 
 def _hacpo_capped(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
-                  capability_aware: bool) -> Tensor:
+                  capability_aware: bool, source_weight_N: Tensor | None = None) -> Tensor:
     """HACPO's advantage with ω ≤ 1 in the baseline: a learner discounts a stronger partner's successes as HACPO
     does, but counts a weaker partner's once, as the plain joint mean, never ω > 1 times (this project's variant:
     HACPO's ω > 1 raises a stronger learner's baseline and lowers the advantage of its own right answers)."""
@@ -115,19 +115,19 @@ def _hacpo_capped(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, lea
 
 
 def _group(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
-           capability_aware: bool) -> Tensor:
+           capability_aware: bool, source_weight_N: Tensor | None = None) -> Tensor:
     """The plain mean/std advantage of the joint group (every row the learner sees of the prompt)."""
     return group_advantages(rewards_B, groups_B)
 
 
 def _group_mean(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
-                capability_aware: bool) -> Tensor:
+                capability_aware: bool, source_weight_N: Tensor | None = None) -> Tensor:
     """The joint group's R − mean, no std (LUFFY's released script, ``grpo_use_std=False``)."""
     return group_advantages(rewards_B, groups_B, normalize_std=False)
 
 
 def _own(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
-         capability_aware: bool) -> Tensor:
+         capability_aware: bool, source_weight_N: Tensor | None = None) -> Tensor:
     """GSPO's group advantage over the learner's own answers; 0 on the others'."""
     own_B = sources_B == learner
     adv_B = torch.zeros(len(rewards_B))
@@ -136,13 +136,23 @@ def _own(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int
 
 
 def _partner(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
-             capability_aware: bool) -> Tensor:
+             capability_aware: bool, source_weight_N: Tensor | None = None) -> Tensor:
     """Each answer's advantage in its author's own group (prompt × source; GRAFT: the partner's own advantages),
     the learner's own answers in the learner's group."""
     n_sources = int(sources_B.max()) + 1 if sources_B.numel() else 1
     return group_advantages(rewards_B, groups_B * n_sources + sources_B)
 
 
+def _trusted_group(rewards_B: Tensor, groups_B: Tensor, sources_B: Tensor, *, learner: int, omega_N: Tensor,
+                   capability_aware: bool, source_weight_N: Tensor | None = None) -> Tensor:
+    """The joint group's mean/std with each partner's answers weighted by the learner's trust in that partner
+    (``source_weight_N``, the ``trust`` method's τ; the learner's own answers weigh 1): τ 1 everywhere is
+    ``group``, τ 0 the learner's own group's (``hacrl.core.weighted_group_advantages``)."""
+    weight_N = source_weight_N.float().clone() if source_weight_N is not None else torch.ones(int(omega_N.shape[0]))
+    weight_N[learner] = 1.0
+    return weighted_group_advantages(rewards_B, groups_B, weight_N[sources_B])
+
+
 for _name, _fn in (("hacpo", _hacpo), ("hacpo_capped", _hacpo_capped), ("group", _group),
-                   ("group_mean", _group_mean), ("own", _own), ("partner", _partner)):
+                   ("group_mean", _group_mean), ("own", _own), ("partner", _partner), ("trust", _trusted_group)):
     ADVANTAGES.add(_name, _fn)

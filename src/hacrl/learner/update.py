@@ -66,8 +66,10 @@ class ViewRow:
     # the asynchronous mode: an own answer's version gap (its Trajectory's: the learner's version now minus the
     # one that wrote it); > 0 trains against π_prox with the staleness weight (correct_stale_rows)
     version_gap: int = 0
-    # a fixed weight of a partner row, set before the update (GRAFT's gate, ``recompute_partner_old``); 1 elsewhere
+    # a fixed weight of a partner row, set before the update (GRAFT's gate, ``recompute_partner_old``; the learner's
+    # trust in its author, ``apply_trust``); 1 elsewhere
     partner_weight: float = 1.0
+    partner_floor: float = 0.0  # trust: the lowest ratio s at which this partner row trains (``apply_trust``)
 
 
 def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: dict[int, str]) -> list[ViewRow]:
@@ -89,21 +91,31 @@ def build_view(learner: Agent, pool: TrajectoryPool, algo: Algorithm, prompts: d
     return select_partner_rows(rows, algo.share_prompts, algo.partner_answers)
 
 
-def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor) -> None:
+def assign_advantages(rows: list[ViewRow], learner: int, algo: Algorithm, omega_NN: Tensor,
+                      trust_N: Sequence[float] | None = None) -> None:
     """Fill ``advantage`` and ``omega`` of every row (in place). ``omega_NN``: the driver's ω^(k,j) (its clamps
     applied), the update's one ω: row ``learner`` weighs the baseline (eq. 7), column ``learner`` the cross
-    answers in the loss (eq. 50)."""
+    answers in the loss (eq. 50). ``trust_N``: the learner's trust per source (the ``trust`` advantage's weights)."""
     if not rows:
         return
     rewards_B = torch.tensor([r.reward for r in rows])
     groups_B = torch.tensor([r.prompt_index for r in rows])
     sources_B = torch.tensor([r.source for r in rows])
-    adv_B = ADVANTAGES.get(algo.advantage)(rewards_B, groups_B, sources_B, learner=learner, omega_N=omega_NN[learner],
-                                           capability_aware=algo.capability_aware)
+    adv_B = ADVANTAGES.get(algo.advantage)(
+        rewards_B, groups_B, sources_B, learner=learner, omega_N=omega_NN[learner],
+        capability_aware=algo.capability_aware, source_weight_N=None if trust_N is None else torch.tensor(trust_N))
     # ω^(source, learner) scales a cross answer's update (eq. 10)
     omega_B = omega_NN[sources_B, learner] if algo.use_omega else torch.ones(len(rows))
     for row, a, w in zip(rows, adv_B.tolist(), omega_B.tolist(), strict=True):
         row.advantage, row.omega = a, (1.0 if row.is_own else w)
+
+
+def apply_trust(rows: list[ViewRow], trust_N: Sequence[float], floor_N: Sequence[float]) -> None:
+    """The ``trust`` method's weight and ratio floor of each partner row (in place): its author's τ and ℓ
+    (``hacrl.core.trust.TrustState``)."""
+    for row in rows:
+        if not row.is_own:
+            row.partner_weight, row.partner_floor = float(trust_N[row.source]), float(floor_N[row.source])
 
 
 def imitated(row: ViewRow) -> bool:
@@ -271,7 +283,9 @@ def loss_inputs(micro: list[ViewRow], algo: Algorithm, logp_BT: Tensor, answer_m
         own_share=own_share,
         imitate_share=imitate_share,
         partner_weight_B=(torch.tensor([r.partner_weight for r in micro], device=device)
-                          if algo.partner_weight == "gate" else None),
+                          if algo.partner_weight in ("gate", "trust") else None),
+        partner_floor_B=(torch.tensor([r.partner_floor for r in micro], device=device)
+                         if algo.partner_weight == "trust" else None),
     )
 
 

@@ -188,10 +188,13 @@ class Phases:
     @staticmethod
     def update_request(pool: TrajectoryPool, omega_NN: torch.Tensor, *,
                        own_keys: list[tuple[int, int]] | None = None,
-                       forget: list[tuple[int, int]] | None = None) -> UpdateRequest:
+                       forget: list[tuple[int, int]] | None = None,
+                       validation: tuple[tuple[bool, ...], ...] | None = None) -> UpdateRequest:
         """A worker's update request (the one place that builds it); ``own_keys`` and ``forget``: the
-        asynchronous mode's keys of the learner's own answers in ``pool`` and of those that expired unused."""
-        return UpdateRequest(pool, omega_NN, None if own_keys is None else tuple(own_keys), tuple(forget or ()))
+        asynchronous mode's keys of the learner's own answers in ``pool`` and of those that expired unused;
+        ``validation``: the trust method's check before this step (per agent, per problem: right or not)."""
+        return UpdateRequest(pool, omega_NN, None if own_keys is None else tuple(own_keys), tuple(forget or ()),
+                             validation)
 
     def update_metrics(self, i: int, loss_metrics: dict[str, Any], timings: dict[str, float]) -> dict[str, float]:
         """Agent ``i``'s update metrics as ``agent/<id>/*`` (with the adaptive window, ``window_lower/<source>``:

@@ -34,7 +34,7 @@ from hacrl.backends import make_backend
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict, with_epoch_steps
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task, task_scorer
-from hacrl.learner.algorithms import ALGORITHMS, resolve
+from hacrl.learner.algorithms import ALGORITHMS, resolve, uses_trust
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
@@ -45,6 +45,7 @@ from hacrl.run.provenance import record_provenance
 from hacrl.run.signals import stop_signals_to
 from hacrl.run.sinks import MultiSink, NullSink, eval_key, read_evals
 from hacrl.run.trackers import make_sinks, resolve_loggers
+from hacrl.trainer import validation
 from hacrl.trainer.async_loop import AsyncLoop, next_multiple
 from hacrl.trainer.evaluation import load_benchmarks, score_answers
 from hacrl.trainer.phases import (
@@ -98,9 +99,11 @@ class Trainer:
         except KeyError as exc:
             raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
         try:  # the ingredients the config sets (algorithm.share_prompts, ...) must fit the algorithm
-            resolve(cfg.algorithm)
+            resolved = resolve(cfg.algorithm)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if uses_trust(resolved) and cfg.trainer.mode == "async":
+            raise ConfigError("algorithm: trust reads lock-step validation checks; set trainer.mode=lockstep")
         self.derived = derive(cfg, shares_pool=self.algo.shares_pool,
                               rollout_multiplier=self.algo.rollout_multiplier, needs_groups=True)
         self.logger_names = resolve_loggers(cfg.run) if sinks else []  # a missing listed logger stops here
@@ -129,6 +132,9 @@ class Trainer:
             data_pos = self._restore(resume_from)
         self.data = DataStream(self.task.name, self.task.train_problems(cfg.run.seed), start=data_pos)
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
+        # the trust method's validation slice of the training split (hacrl.trainer.validation); None: no checks
+        self.validation = (validation.validation_slice(self.task.train_problems(validation.VALIDATION_SEED),
+                                                       cfg.algorithm.trust_val_size) if uses_trust(resolved) else None)
         self.benchmarks = load_benchmarks(cfg)
         check_finetune_overlap(cfg.agents, self.eval_problems, *(ps for ps, _ in self.benchmarks.values()))
         self.scorer = task_scorer(self.task, cfg.task)
@@ -243,8 +249,11 @@ class Trainer:
             rewards, sources = pool.rewards_and_sources()
             self.tracker.update(rewards, sources)
             capability_N, omega_NN = self.tracker.capability, self.tracker.omega_matrix()
+        with timed(timings, "validation"):
+            checks = self._validation_check()
         with timed(timings, "update"):
-            results = self.backend.call("update", [(phases.update_request(pool, omega_NN),)] * n)
+            request = phases.update_request(pool, omega_NN, validation=checks)
+            results = self.backend.call("update", [(request,)] * n)
         for i, loss_metrics in enumerate(results):
             metrics.update(phases.update_metrics(i, loss_metrics, timings))
         for phase in ("rollout", "update"):
@@ -256,6 +265,17 @@ class Trainer:
         metrics.update(timings)
         self._write_samples(pool)
         return metrics
+
+    def _validation_check(self) -> tuple[tuple[bool, ...], ...] | None:
+        """The trust method's check before this step's update, every ``algorithm.trust_every`` steps from the
+        first: each agent's greedy answers to the validation slice, right or not (None: no check this step). It
+        runs after the step's rollout, on the weights that wrote it."""
+        if self.validation is None or self.step_idx % self.cfg.algorithm.trust_every:
+            return None
+        prompts = [p.prompt for p in self.validation]
+        answers = self.backend.call("generate_answers", [(prompts, validation.greedy(
+            self.cfg.rollout.max_new_tokens))] * len(self.agent_ids))
+        return validation.check(self.validation, answers, self.score)
 
     def _write_samples(self, pool: TrajectoryPool) -> None:
         n = self.cfg.trainer.log_samples

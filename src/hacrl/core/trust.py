@@ -1,0 +1,151 @@
+"""The ``trust`` sharing method's rule: how much of each partner's answers a learner takes, read from the learner's
+own accuracy on a fixed validation slice of the *training* split while it trains (ours; docs/methods.md).
+
+A learner k holds a trust τ_j ∈ [0, 1] per partner j. τ_j sets three things of j's answers in k's update:
+
+- their weight: a partner answer trains as ``naive``'s does (GSPO's clipped ratio to its author, the row counted as
+  the learner's own), times τ_j;
+- a ratio floor ℓ_j = floor^τ_j: an answer whose ratio s = exp(ℓ̄_θ − ℓ̄_author) lies below ℓ_j gives no gradient
+  (τ 1: the ``floor``, 0.1 by default; τ ½: √floor ≈ 0.32; τ 0: 1, no answer below its author's likelihood);
+- their weight in the joint group's baseline (``weighted_group_advantages``): τ 1 is ``naive``'s joint-group
+  advantage, τ 0 the learner's own group's, GSPO's.
+
+So τ = 1 everywhere is ``naive`` without its farthest answers, and τ = 0 is training alone on the learner's own
+answers (in the pooled methods' minibatches). The rule that moves τ is a paired test on the validation slice:
+
+Every ``every`` steps the trainer evaluates each agent greedily on the same n validation problems. Against its
+*reference* check (the first one; later, the best one or the one right after a cut), the learner counts the problems
+it now gets right that it got wrong there (wins) and the reverse (losses). The check is **harm** when
+
+    losses − wins ≥ z · √(losses + wins)   and   (losses − wins) / n ≥ min_drop
+
+(McNemar's test, one-sided, in its normal form; ``min_drop`` keeps a large slice from flagging a tiny drop). On
+harm every partner's τ drops to 0 and the reference becomes this check; otherwise every τ rises by ``regain`` (at
+most 1) and the reference becomes this check if it is at least as accurate. With one partner the harm is that
+partner's; with several the rule cannot tell them apart and distrusts them all (its stated limit).
+
+Why this signal: the study found the harm a partner does comes late and is large (imitation and the plain pool
+copy a partner's unchecked working and collapse a weak learner from about step 10 on; docs/results.md §12.4),
+while in every other regime sharing leaves the learner at or above training alone. A paired test on fixed problems
+sees a collapse with few problems and rarely flags ordinary noise; the ratio floor keeps out, from the first step,
+the answers that are farthest from what the learner would write, which is where copied garbage starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TrustRule:
+    """The rule's constants (``algorithm.trust_*``).
+
+    Args:
+        floor: ℓ at full trust; ℓ_j = floor^τ_j, in (0, 1).
+        z: the one-sided normal quantile of the harm test (2: about 2.3% false alarms per check without change).
+        min_drop: the smallest net share of the slice lost that counts as harm.
+        regain: τ added after each check without harm.
+    """
+
+    floor: float = 0.1
+    z: float = 2.0
+    min_drop: float = 0.02
+    regain: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.floor < 1.0:
+            raise ValueError(f"trust floor must lie in (0, 1), got {self.floor}")
+        if self.z < 0 or self.min_drop < 0 or not 0.0 <= self.regain <= 1.0:
+            raise ValueError(f"need z >= 0, min_drop >= 0, 0 <= regain <= 1; got {self.z}, {self.min_drop}, "
+                             f"{self.regain}")
+
+
+def ratio_floor(tau: float, floor: float) -> float:
+    """ℓ = floor^τ: the lowest ratio s a partner answer may have and still train.
+
+    >>> ratio_floor(1.0, 0.1), round(ratio_floor(0.5, 0.1), 4), ratio_floor(0.0, 0.1)
+    (0.1, 0.3162, 1.0)
+    """
+    return float(floor ** min(max(tau, 0.0), 1.0))
+
+
+@dataclass(frozen=True)
+class Check:
+    """One validation check of a learner against its reference: the problems it now gets right that it got wrong
+    there (``wins``), the reverse (``losses``), the slice's size, and whether the rule calls it harm."""
+
+    accuracy: float
+    wins: int
+    losses: int
+    n: int
+    harm: bool
+
+
+def paired_check(now: Sequence[bool], ref: Sequence[bool], rule: TrustRule) -> Check:
+    """The harm test of ``now`` (per problem: right or not) against ``ref`` on the same problems.
+
+    Ten problems; the reference got the first eight right, now only the first three and the last one: losses 5,
+    wins 1, net 4, below 2·√6 ≈ 4.90, so no harm at z 2; at z 1.5 (1.5·√6 ≈ 3.67) it is harm.
+
+    >>> ref = [True] * 8 + [False] * 2
+    >>> now = [True] * 3 + [False] * 6 + [True]
+    >>> paired_check(now, ref, TrustRule())
+    Check(accuracy=0.4, wins=1, losses=5, n=10, harm=False)
+    >>> paired_check(now, ref, TrustRule(z=1.5)).harm
+    True
+    """
+    if len(now) != len(ref) or not now:
+        raise ValueError(f"a check compares the same problems: {len(now)} against {len(ref)}")
+    wins = sum(a and not b for a, b in zip(now, ref, strict=True))
+    losses = sum(b and not a for a, b in zip(now, ref, strict=True))
+    net = losses - wins
+    harm = net > 0 and net >= rule.z * math.sqrt(losses + wins) and net / len(now) >= rule.min_drop
+    return Check(sum(now) / len(now), wins, losses, len(now), harm)
+
+
+@dataclass
+class TrustState:
+    """One learner's trust in each of ``num_agents`` agents (its own entry unused, kept at 1) and its reference
+    check. ``observe`` moves it; ``state_dict`` / ``load_state_dict`` keep it in checkpoints."""
+
+    learner: int
+    num_agents: int
+    rule: TrustRule = field(default_factory=TrustRule)
+    tau: list[float] = field(default_factory=list)
+    reference: tuple[bool, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.tau:
+            self.tau = [1.0] * self.num_agents
+
+    def floors(self) -> list[float]:
+        """ℓ_j per source agent (0, nothing cut, at the learner's own entry)."""
+        return [0.0 if j == self.learner else ratio_floor(t, self.rule.floor) for j, t in enumerate(self.tau)]
+
+    def observe(self, correct: Sequence[bool]) -> Check | None:
+        """A validation check (per problem of the slice: right or not); None for the first, which only sets the
+        reference."""
+        now = tuple(bool(c) for c in correct)
+        if self.reference is None:
+            self.reference = now
+            return None
+        check = paired_check(now, self.reference, self.rule)
+        partners = [j for j in range(self.num_agents) if j != self.learner]
+        for j in partners:
+            self.tau[j] = 0.0 if check.harm else min(1.0, self.tau[j] + self.rule.regain)
+        if check.harm or sum(now) >= sum(self.reference):
+            self.reference = now
+        return check
+
+    def state_dict(self) -> dict:
+        return {"tau": list(self.tau), "reference": None if self.reference is None else list(self.reference)}
+
+    def load_state_dict(self, state: dict) -> None:
+        tau = [float(t) for t in state["tau"]]
+        if len(tau) != self.num_agents:
+            raise ValueError(f"trust state is for {len(tau)} agents, this run has {self.num_agents}")
+        self.tau = tau
+        ref = state.get("reference")
+        self.reference = None if ref is None else tuple(bool(c) for c in ref)

@@ -1,0 +1,76 @@
+"""One learner's trust in each partner (the ``trust`` method; the rule is ``hacrl.core.trust``), held by the
+learner's own worker as the adaptive window is (``hacrl.learner.window``).
+
+The trainer runs a validation check every ``algorithm.trust_every`` steps (before steps 1, 1 + k, ...) and hands each
+worker its agent's per-problem results in the update request; the worker feeds them to its ``LearnerTrust`` before
+the update, which then weighs each partner's answers by τ and cuts them below the ratio floor (``learn``'s
+``trust``). What it decided goes to the metrics, per partner and step (the trainer prefixes
+``agent/<learner id>/``): ``trust/<partner id>`` (τ used in this update), ``trust_floor/<partner id>`` (ℓ), and on
+a check ``val/acc``, ``val/wins``, ``val/losses`` (against the reference check) and ``val/harm`` (1 when the rule
+cut the trust). The state lives in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the
+same trust and reference.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from hacrl.config import Config
+from hacrl.core.trust import TrustRule, TrustState
+from hacrl.learner.algorithms import Algorithm, uses_trust
+from hacrl.run.files import write_atomic
+
+TRUST_FILE = "trust.json"
+
+
+class LearnerTrust:
+    """Learner ``learner``'s trust in the agents ``ids`` (``TrustState``) and the metrics it logs."""
+
+    def __init__(self, learner: int, ids: list[str], rule: TrustRule) -> None:
+        self.ids = list(ids)
+        self.state = TrustState(learner, len(ids), rule)
+
+    @classmethod
+    def for_run(cls, cfg: Config, learner: int, algo: Algorithm) -> LearnerTrust | None:
+        """The trust of agent ``learner`` of ``cfg`` under ``algo`` (the run's resolved algorithm); None where
+        the algorithm does not read one."""
+        if not uses_trust(algo):
+            return None
+        a = cfg.algorithm
+        rule = TrustRule(floor=a.trust_floor, z=a.trust_z, min_drop=a.trust_min_drop, regain=a.trust_regain)
+        return cls(learner, [s.id for s in cfg.agents], rule)
+
+    def observe(self, correct: Sequence[bool] | None) -> dict[str, float]:
+        """A validation check (None: no check this step); its metrics (none for the first, the reference)."""
+        if correct is None:
+            return {}
+        check = self.state.observe(correct)
+        out = {"val/acc": sum(bool(c) for c in correct) / max(len(correct), 1)}
+        if check is not None:
+            out.update({"val/wins": float(check.wins), "val/losses": float(check.losses),
+                        "val/harm": float(check.harm)})
+        return out
+
+    def settings(self) -> tuple[list[float], list[float]]:
+        """τ and ℓ per source agent: ``learn``'s ``trust``."""
+        return list(self.state.tau), self.state.floors()
+
+    def metrics(self, tau: Sequence[float], floors: Sequence[float]) -> dict[str, float]:
+        """The τ and ℓ an update used, per partner."""
+        out = {}
+        for j, source_id in enumerate(self.ids):
+            if j != self.state.learner:
+                out[f"trust/{source_id}"] = float(tau[j])
+                out[f"trust_floor/{source_id}"] = float(floors[j])
+        return out
+
+    def save(self, agent_dir: Path) -> None:
+        write_atomic(agent_dir / TRUST_FILE, json.dumps(self.state.state_dict()))
+
+    def restore(self, resume_from: Path, agent_id: str) -> None:
+        """From the checkpoint ``resume_from`` (a checkpoint without the file: as new)."""
+        path = resume_from / "agents" / agent_id / TRUST_FILE
+        if path.is_file():
+            self.state.load_state_dict(json.loads(path.read_text()))

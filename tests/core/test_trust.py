@@ -1,0 +1,196 @@
+"""The ``trust`` method's math on literal values (``hacrl.core.trust``, ``weighted_group_advantages`` and the partner
+loss's ratio floor): its trust update on hand-made validation checks, its fallback to training alone (τ 0), and its
+limit at full trust (``naive``'s loss, less the answers below the floor).
+
+One-token answers make ℓ̄_θ the token's log-prob, so s = exp(logp − old) and ds/dlogp = s.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from hacrl.core import LossInputs, group_advantages, gspo_loss, partner_loss, weighted_group_advantages
+from hacrl.core.trust import TrustRule, TrustState, paired_check, ratio_floor
+
+KW = {"clip_low": 0.2, "clip_high": 0.28}
+
+
+# ---- the paired check and the trust update ----------------------------------------------------------------------
+
+def test_paired_check_counts_wins_and_losses_against_the_reference():
+    # reference right on 0-5, now right on 0-1 and 8-9: losses {2, 3, 4, 5} = 4, wins {8, 9} = 2
+    ref = [True] * 6 + [False] * 4
+    now = [True, True, False, False, False, False, False, False, True, True]
+    check = paired_check(now, ref, TrustRule(z=0.0, min_drop=0.0))
+    assert (check.wins, check.losses, check.n, check.accuracy) == (2, 4, 10, 0.4)
+    assert check.harm  # net 2 > 0 at z 0
+
+
+def test_harm_needs_both_the_z_test_and_the_minimum_drop():
+    # 100 problems: 20 losses, 2 wins: net 18 ≥ 2·√22 ≈ 9.38 and 18/100 ≥ 0.02: harm
+    ref = [True] * 50 + [False] * 50
+    now = [False] * 20 + [True] * 30 + [True] * 2 + [False] * 48
+    assert paired_check(now, ref, TrustRule()).harm
+    # the same counts with min_drop 0.2: 0.18 < 0.2, no harm
+    assert not paired_check(now, ref, TrustRule(min_drop=0.2)).harm
+    # 6 losses, 1 win: net 5 < 2·√7 ≈ 5.29, no harm at z 2
+    now2 = [False] * 6 + [True] * 44 + [True] + [False] * 49
+    check = paired_check(now2, ref, TrustRule())
+    assert (check.losses, check.wins, check.harm) == (6, 1, False)
+
+
+def test_paired_check_refuses_slices_of_different_size():
+    with pytest.raises(ValueError, match="same problems"):
+        paired_check([True], [True, False], TrustRule())
+
+
+def test_trust_update_on_hand_made_checks():
+    # learner 0, partners 1 and 2; a slice of 10 problems; z 1, min_drop 0.1, regain 0.5
+    state = TrustState(0, 3, TrustRule(floor=0.1, z=1.0, min_drop=0.1, regain=0.5))
+    assert state.tau == [1.0, 1.0, 1.0] and state.floors() == [0.0, 0.1, 0.1]
+    assert state.observe([True] * 5 + [False] * 5) is None  # the first check only sets the reference
+    assert state.tau == [1.0, 1.0, 1.0]
+    # 3 losses, 0 wins: net 3 ≥ 1·√3 ≈ 1.73 and 0.3 ≥ 0.1: harm, every partner's τ to 0, floor to 1
+    check = state.observe([True] * 2 + [False] * 8)
+    assert check is not None and check.harm and (check.losses, check.wins) == (3, 0)
+    assert state.tau == [1.0, 0.0, 0.0] and state.floors() == [0.0, 1.0, 1.0]
+    assert state.reference == (True,) * 2 + (False,) * 8  # the reference moves to the check after a cut
+    # no change against it: no harm, τ + 0.5, floor 0.1^0.5
+    check = state.observe([True] * 2 + [False] * 8)
+    assert check is not None and not check.harm
+    assert state.tau == [1.0, 0.5, 0.5]
+    assert state.floors()[1] == pytest.approx(math.sqrt(0.1))
+    # a better check: τ to 1 (capped) and the reference moves up to it
+    state.observe([True] * 4 + [False] * 6)
+    assert state.tau == [1.0, 1.0, 1.0] and sum(state.reference or ()) == 4
+    # one loss and one win against it: net 0, no harm, τ stays 1; as accurate (4 right), so it is the reference now
+    check = state.observe([True] * 3 + [False] * 6 + [True])
+    assert check is not None and (check.losses, check.wins, check.harm) == (1, 1, False)
+    assert state.tau == [1.0, 1.0, 1.0] and state.reference == (True,) * 3 + (False,) * 6 + (True,)
+
+
+def test_trust_state_round_trips_through_its_state_dict():
+    state = TrustState(1, 2, TrustRule(z=0.0, min_drop=0.0))
+    state.observe([True, True])
+    state.observe([True, False])  # harm at z 0: τ of agent 0 to 0
+    other = TrustState(1, 2, TrustRule(z=0.0, min_drop=0.0))
+    other.load_state_dict(state.state_dict())
+    assert other.tau == state.tau == [0.0, 1.0] and other.reference == state.reference
+    with pytest.raises(ValueError, match="3 agents"):
+        TrustState(0, 2).load_state_dict({"tau": [1.0, 1.0, 1.0], "reference": None})
+
+
+def test_ratio_floor_spans_the_floor_to_one():
+    assert ratio_floor(1.0, 0.1) == pytest.approx(0.1)
+    assert ratio_floor(0.0, 0.1) == 1.0
+    assert ratio_floor(0.5, 0.04) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="floor"):
+        TrustRule(floor=1.0)
+
+
+# ---- the trusted baseline ---------------------------------------------------------------------------------------
+
+def _slow_weighted(rewards: list[float], groups: list[int], weights: list[float], eps: float = 1e-6) -> list[float]:
+    out = []
+    for i, g in enumerate(groups):
+        members = [j for j, h in enumerate(groups) if h == g]
+        w = sum(weights[j] for j in members)
+        counted = [rewards[j] for j in members if weights[j] > 0]
+        if w < 2 or max(counted) == min(counted):
+            out.append(0.0)
+            continue
+        mean = sum(weights[j] * rewards[j] for j in members) / w
+        var = sum(weights[j] * (rewards[j] - mean) ** 2 for j in members) / (w - 1)
+        out.append((rewards[i] - mean) / (math.sqrt(var) + eps))
+    return out
+
+
+def test_weighted_advantages_match_a_slow_loop_reference():
+    rng = random.Random(0)
+    for _ in range(30):
+        n = rng.randint(2, 12)
+        groups = [rng.randrange(3) for _ in range(n)]
+        rewards = [float(rng.random() < 0.5) if rng.random() < 0.7 else rng.random() for _ in range(n)]
+        weights = [rng.choice([0.0, 0.25, 0.5, 1.0, 1.0]) for _ in range(n)]
+        got = weighted_group_advantages(torch.tensor(rewards), torch.tensor(groups), torch.tensor(weights))
+        assert_close(got, torch.tensor(_slow_weighted(rewards, groups, weights)), atol=1e-5, rtol=1e-5)
+
+
+def test_weights_of_one_are_the_plain_group_and_zero_leaves_the_partner_out():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1])
+    assert_close(weighted_group_advantages(rewards, groups, torch.ones(6)), group_advantages(rewards, groups))
+    # rows 2, 3 a partner's at weight 0: group 0's statistics are the own rows' {1, 0}: ±0.7071; the partner's
+    # rows get advantages against them (0 → −0.7071, 1 → +0.7071)
+    out = weighted_group_advantages(rewards, groups, torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 1.0]))
+    assert_close(out, torch.tensor([0.7071, -0.7071, -0.7071, 0.7071, 0.7071, -0.7071]), atol=1e-4, rtol=0)
+
+
+def test_weighted_advantages_refuse_negative_weights():
+    with pytest.raises(ValueError, match=">= 0"):
+        weighted_group_advantages(torch.ones(2), torch.zeros(2, dtype=torch.long), torch.tensor([1.0, -1.0]))
+
+
+# ---- the loss: weight, floor, fallback and limit --------------------------------------------------------------
+
+def _rows(logps: list[float], adv: list[float], own: list[bool], tau: list[float], floor: list[float]
+          ) -> tuple[LossInputs, torch.Tensor]:
+    logp_BT = torch.tensor([[x] for x in logps], dtype=torch.float64, requires_grad=True)
+    inputs = LossInputs(logp_BT=logp_BT, mask_BT=torch.ones_like(logp_BT, dtype=torch.bool),
+                        advantages_B=torch.tensor(adv, dtype=torch.float64),
+                        old_logp_mean_B=torch.zeros(len(logps), dtype=torch.float64), own_B=torch.tensor(own),
+                        partner_weight_B=torch.tensor(tau, dtype=torch.float64),
+                        partner_floor_B=torch.tensor(floor, dtype=torch.float64))
+    return inputs, logp_BT
+
+
+def test_the_floor_cuts_and_trust_scales_partner_rows_by_hand():
+    # own row s = 1, A = 1; partner rows s = 0.05 (below the floor 0.1) and s = 0.5 (above), A = 1, τ = 0.5:
+    # own J = min(1·1, clip(1)·1) = 1, gradient s·A = 1; partner 1: cut, 0; partner 2: τ·s·A = 0.25, gradient
+    # τ·s·A = 0.25 (inside GSPO's clip for A > 0: s < 1 + ε_h). loss = −(1 + 0 + 0.25)/3
+    inputs, logp_BT = _rows([0.0, math.log(0.05), math.log(0.5)], [1.0, 1.0, 1.0], [True, False, False],
+                            [1.0, 0.5, 0.5], [0.0, 0.1, 0.1])
+    loss, metrics = partner_loss(inputs, partner_term="trust", **KW)
+    assert float(loss.detach()) == pytest.approx(-1.25 / 3)
+    loss.backward()
+    assert_close(logp_BT.grad[:, 0], torch.tensor([-1 / 3, 0.0, -0.25 / 3], dtype=torch.float64))
+    assert float(metrics["cross/kept_frac"]) == pytest.approx(0.5)
+
+
+def test_zero_trust_is_training_alone():
+    # τ 0 (floor 1): the partner rows give nothing, the own rows train exactly as GSPO on them alone, scaled by
+    # their share of the minibatch (2 of 4 rows)
+    logps, adv = [math.log(1.1), math.log(0.9), math.log(0.9), math.log(1.5)], [1.0, -1.0, 1.0, -1.0]
+    inputs, logp_BT = _rows(logps, adv, [True, True, False, False], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0])
+    loss, _ = partner_loss(inputs, partner_term="trust", **KW)
+    loss.backward()
+    own = torch.tensor([[logps[0]], [logps[1]]], dtype=torch.float64, requires_grad=True)
+    alone, _ = gspo_loss(LossInputs(logp_BT=own, mask_BT=torch.ones_like(own, dtype=torch.bool),
+                                    advantages_B=torch.tensor(adv[:2], dtype=torch.float64),
+                                    old_logp_mean_B=torch.zeros(2, dtype=torch.float64)), **KW)
+    alone.backward()
+    assert float(loss.detach()) == pytest.approx(float(alone.detach()) * 2 / 4)
+    assert_close(logp_BT.grad[:2, 0], own.grad[:, 0] * 2 / 4)
+    assert_close(logp_BT.grad[2:, 0], torch.zeros(2, dtype=torch.float64))
+
+
+def test_full_trust_is_naive_above_the_floor():
+    # τ 1: every partner row above the floor trains as naive's (gspo with every row own, KL off): the same loss
+    # and gradient, row by row; below the floor (s 0.05 < 0.1) it gives none
+    logps = [math.log(1.1), math.log(0.3), math.log(0.8), math.log(1.3), math.log(0.05)]
+    adv = [1.0, 1.0, -1.0, -1.0, 1.0]
+    inputs, logp_BT = _rows(logps, adv, [True, False, False, False, False], [1.0] * 5, [0.0] + [0.1] * 4)
+    loss, _ = partner_loss(inputs, partner_term="trust", **KW)
+    loss.backward()
+    naive_logp = torch.tensor([[x] for x in logps], dtype=torch.float64, requires_grad=True)
+    naive, _ = gspo_loss(LossInputs(logp_BT=naive_logp, mask_BT=torch.ones_like(naive_logp, dtype=torch.bool),
+                                    advantages_B=torch.tensor(adv, dtype=torch.float64),
+                                    old_logp_mean_B=torch.zeros(5, dtype=torch.float64)), **KW)
+    naive.backward()
+    assert_close(logp_BT.grad[:4, 0], naive_logp.grad[:4, 0])
+    assert float(logp_BT.grad[4, 0]) == 0.0 and float(naive_logp.grad[4, 0]) != 0.0

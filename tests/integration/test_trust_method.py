@@ -1,0 +1,92 @@
+"""The ``trust`` method through the ``Trainer`` on ``tiny-test``: its validation checks run on the steps the config
+says, every decision is in the metrics per partner and step, a harm check distrusts the partner and the next update
+trains on the learner's own answers only, and a resumed run goes on with the same trust."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from hacrl.config import ConfigError, load_config
+from hacrl.learner.algorithms import ALGORITHMS, resolve, uses_trust
+from hacrl.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.model
+
+TRUST = ["algorithm.name=trust", "algorithm.trust_every=2", "algorithm.trust_val_size=24", "trainer.eval_size=20"]
+
+
+def make_trainer(tmp_path, *overrides, name="run", resume_from=None):
+    cfg = load_config("tiny-test", overrides=[*TRUST, *overrides])
+    run_dir = tmp_path / name
+    run_dir.mkdir(exist_ok=True)
+    return Trainer(cfg, run_dir, resume_from=resume_from)
+
+
+def test_trust_is_registered_and_reads_a_trust():
+    algo = ALGORITHMS.get("trust")
+    assert (algo.loss, algo.advantage, algo.partner_weight, algo.shares_pool) == ("partner", "trust", "trust", True)
+    assert uses_trust(algo) and not uses_trust(ALGORITHMS.get("naive")) and not uses_trust(ALGORITHMS.get("gspo"))
+    cfg = load_config("tiny-test", overrides=["algorithm.name=hacpo", "algorithm.partner_weight=trust"])
+    assert uses_trust(resolve(cfg.algorithm))  # a composition that reads the trust gets the checks too
+
+
+def test_checks_run_every_k_steps_and_every_decision_is_logged(tmp_path):
+    trainer = make_trainer(tmp_path, "trainer.steps=3")
+    try:
+        assert trainer.validation is not None and len(trainer.validation) == 24
+        lines = [trainer.step() for _ in range(3)]
+    finally:
+        trainer.close()
+    for step, metrics in enumerate(lines):  # checks before steps 1 and 3 (step_idx 0 and 2)
+        checked = step % 2 == 0
+        for learner, partner in (("qwen-char", "llama-bpe"), ("llama-bpe", "qwen-char")):
+            tau = metrics[f"agent/{learner}/trust/{partner}"]
+            assert 0.0 <= tau <= 1.0
+            assert metrics[f"agent/{learner}/trust_floor/{partner}"] == pytest.approx(0.1 ** tau)
+            assert (f"agent/{learner}/val/acc" in metrics) == checked
+            # the first check only sets the reference; the second is tested against it
+            assert (f"agent/{learner}/val/harm" in metrics) == (step == 2)
+            assert math.isfinite(metrics[f"agent/{learner}/pg_loss"])
+        assert (metrics["timing/validation"] > 1e-3) == checked  # no check: the phase does nothing
+
+
+def test_a_harm_check_distrusts_the_partner_for_the_next_update(tmp_path):
+    # z 0 and min_drop 0: any net loss on the slice is harm. Force one: the reference says every problem was right
+    trainer = make_trainer(tmp_path, "trainer.steps=3", "algorithm.trust_z=0", "algorithm.trust_min_drop=0")
+    try:
+        trainer.step()  # check 1 (the reference) and an update at full trust
+        worker = trainer.backend.workers[1]
+        worker.trust.state.reference = (True,) * 24
+        trainer.step()
+        metrics = trainer.step()  # check 2: some problem wrong now, so harm; τ 0 in this update
+    finally:
+        trainer.close()
+    assert metrics["agent/llama-bpe/val/harm"] == 1.0
+    assert metrics["agent/llama-bpe/trust/qwen-char"] == 0.0
+    assert metrics["agent/llama-bpe/trust_floor/qwen-char"] == 1.0
+    assert metrics["agent/llama-bpe/cross/gate_mean"] == 0.0  # every partner row at weight 0
+    assert metrics["agent/llama-bpe/cross/objective_mean"] == 0.0
+
+
+def test_resume_goes_on_with_the_same_trust(tmp_path):
+    straight = make_trainer(tmp_path, "trainer.steps=4", name="straight")
+    straight.train()
+    first = make_trainer(tmp_path, "trainer.steps=3", "trainer.checkpoint_every=3", name="resumed")
+    first.train()
+    second = make_trainer(tmp_path, "trainer.steps=4", name="resumed",
+                          resume_from=first.run_dir / "checkpoints" / "step-000003")
+    assert second.backend.workers[0].trust.state.reference is not None
+    second.train()
+
+    def lines(run_dir):
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("timing/", "eval/"))}
+                for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert lines(straight.run_dir) == lines(second.run_dir)
+
+
+def test_trust_refuses_the_asynchronous_mode(tmp_path):
+    with pytest.raises(ConfigError, match="trainer.mode=lockstep"):
+        make_trainer(tmp_path, "trainer.mode=async")

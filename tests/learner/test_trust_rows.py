@@ -1,0 +1,45 @@
+"""The ``trust`` method's rows (``hacrl.learner.update``): each partner row takes its author's τ and ratio floor, and
+the advantage weighs each partner by τ in the joint group's baseline: τ 0 gives the learner's own group's (GSPO),
+τ 1 the joint group's (``naive``)."""
+
+from __future__ import annotations
+
+import torch
+from torch.testing import assert_close
+
+from hacrl.core import group_advantages, omega_matrix
+from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.update import ViewRow, apply_trust, assign_advantages
+
+OMEGA = omega_matrix(torch.tensor([0.5, 0.5, 0.5]))
+
+
+def rows() -> list[ViewRow]:
+    """Learner 0, partners 1 and 2, one prompt: own rewards [1, 0, 0], partner 1 [1, 1], partner 2 [0, 1]."""
+    spec = [(0, 1.0), (0, 0.0), (0, 0.0), (1, 1.0), (1, 1.0), (2, 0.0), (2, 1.0)]
+    return [ViewRow(0, src, src == 0, [1], [2], 0.0, None, r) for src, r in spec]
+
+
+def test_each_partner_row_takes_its_authors_trust_and_floor():
+    view = rows()
+    apply_trust(view, [1.0, 0.5, 0.0], [0.0, 0.316, 1.0])
+    assert [(r.partner_weight, r.partner_floor) for r in view] == [
+        (1.0, 0.0)] * 3 + [(0.5, 0.316)] * 2 + [(0.0, 1.0)] * 2
+
+
+def test_zero_trust_gives_the_own_groups_advantage_and_full_trust_the_joint_groups():
+    algo = ALGORITHMS.get("trust")
+    alone = rows()
+    assign_advantages(alone, 0, algo, OMEGA, [1.0, 0.0, 0.0])
+    own = group_advantages(torch.tensor([1.0, 0.0, 0.0]), torch.zeros(3, dtype=torch.long))
+    assert_close(torch.tensor([r.advantage for r in alone[:3]]), own)  # 1 − ⅓ over std 0.577: +1.155, −0.577
+    joint = rows()
+    assign_advantages(joint, 0, algo, OMEGA, [1.0, 1.0, 1.0])
+    naive = rows()
+    assign_advantages(naive, 0, ALGORITHMS.get("naive"), OMEGA)
+    assert [r.advantage for r in joint] == [r.advantage for r in naive]
+    # partner 2 half trusted: weights [1, 1, 1, 0, 0, ½, ½]: mean (1 + ½)/4 = 0.375
+    half = rows()
+    assign_advantages(half, 0, algo, OMEGA, [1.0, 0.0, 0.5])
+    sd = ((0.625**2 + 2 * 0.375**2 + 0.5 * 0.375**2 + 0.5 * 0.625**2) / 3) ** 0.5
+    assert_close(torch.tensor(half[0].advantage), torch.tensor(0.625 / (sd + 1e-6)))
