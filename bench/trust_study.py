@@ -1,0 +1,200 @@
+"""The ``trust`` study's analysis (docs/results-trust.md, issue #56): each cell's ``hacrl compare`` directory read back
+(no training), ``trust`` held against the best fixed method of each agent and against GSPO×2 by the page's
+pre-registered rules, with what trust decided and what it cost.
+
+Per cell and agent:
+
+- ``best``: of the fixed arms (``FIXED``: hacpo, naive, imitation, gspo2x) the one with the highest mean final
+  held-out accuracy, and that mean;
+- ``trust``: trust's mean final accuracy;
+- ``trust − best`` and ``trust − gspo2x``: the paired difference with the report's bootstrap interval (seeds ×
+  problems) and the seed-level t-interval, and the rule's reading: ``within`` (both lower ends ≥ −0.01),
+  ``regret`` (both upper ends < −0.01) or ``undecided``;
+- ``harm checks``: mean number per run of the checks that cut this learner's trust (``val/harm``), and ``τ < 1``:
+  the mean share of its updates at less than full trust;
+- ``answers/step``: the answers a step generates for this agent's learning, both agents' sampled training
+  answers plus trust's greedy validation answers (averaged over the steps), against the pooled methods';
+  ``wall``: mean seconds per run of trust against naive, as each run's record measured it.
+
+    python bench/trust_study.py results/trust/*/ [--plot docs/img/trust/regret.png] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hacrl.run.sinks import read_jsonl
+
+FIXED = ("hacpo", "naive", "imitation", "gspo2x")
+METHOD = "trust"
+MARGIN = 0.01  # the rules' margin: within 0.01 of the best fixed method
+
+
+def read_summary(cell: Path) -> dict[str, Any]:
+    path = cell / "summary.json"
+    if not path.is_file():
+        raise SystemExit(f"{cell}: no summary.json (its comparison has not finished)")
+    return json.loads(path.read_text())
+
+
+def verdict(vs: dict[str, Any] | None, margin: float = MARGIN) -> str:
+    """The page's rule on one paired difference (``summary.json``'s ``vs`` entry): ``within`` when the lower end of
+    both intervals is ≥ −margin, ``regret`` when both upper ends are below −margin, else ``undecided``.
+
+    >>> verdict({"interval": {"lo": -0.008, "hi": 0.01}, "seed_interval": {"lo": -0.009, "hi": 0.012}})
+    'within'
+    >>> verdict({"interval": {"lo": -0.05, "hi": -0.02}, "seed_interval": {"lo": -0.06, "hi": -0.015}})
+    'regret'
+    >>> verdict({"interval": {"lo": -0.02, "hi": 0.01}, "seed_interval": {"lo": -0.009, "hi": 0.012}})
+    'undecided'
+    """
+    if not vs or not vs.get("interval") or not vs.get("seed_interval"):
+        return "undecided"
+    boot, seed = vs["interval"], vs["seed_interval"]
+    if boot["lo"] >= -margin and seed["lo"] >= -margin:
+        return "within"
+    if boot["hi"] < -margin and seed["hi"] < -margin:
+        return "regret"
+    return "undecided"
+
+
+def _run_dirs(cell: Path, summary: dict[str, Any], algorithm: str) -> list[Path]:
+    """The run directories of ``algorithm`` in ``cell``, wherever the comparison was written from (its summary
+    names them from the invocation's working directory: the last three parts, runs/<algorithm>/seed-<s>)."""
+    return [cell.joinpath(*Path(r["dir"]).parts[-3:]) for r in summary["runs"] if r["algorithm"] == algorithm]
+
+
+def decisions(run_dir: Path, agent: str, partner: str) -> tuple[float, float]:
+    """(harm checks, share of updates at τ < 1) of ``agent`` in one trust run."""
+    lines = read_jsonl(run_dir / "metrics.jsonl")
+    harm = sum(line.get(f"agent/{agent}/val/harm", 0.0) for line in lines)
+    taus = [line[f"agent/{agent}/trust/{partner}"] for line in lines if f"agent/{agent}/trust/{partner}" in line]
+    return float(harm), (sum(t < 1.0 for t in taus) / len(taus) if taus else 0.0)
+
+
+def answers_per_step(run_dir: Path, agents: int) -> tuple[float, float]:
+    """(pooled answers per step, trust's validation answers per step) of a trust run, from its config.yaml."""
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    pooled = agents * cfg["trainer"]["batch_size"] * cfg["rollout"]["rollouts_per_prompt"]
+    a, steps = cfg["algorithm"], cfg["trainer"]["steps"]
+    checks = len(range(0, steps, a["trust_every"]))
+    return float(pooled), agents * a["trust_val_size"] * checks / steps
+
+
+def cell_rows(cell: Path) -> list[dict[str, Any]]:
+    summary = read_summary(cell)
+    agents = list(summary["agents"])
+    trust_dirs = _run_dirs(cell, summary, METHOD)
+    rows = []
+    for agent in agents:
+        partner = next(a for a in agents if a != agent)
+        res = summary["results"][agent]
+        finals = {a: res[a]["final"]["mean"] for a in FIXED if a in res and res[a].get("final")}
+        best = max(finals, key=lambda a: finals[a])
+        vs = res[METHOD]["vs"]
+        per_run = [decisions(d, agent, partner) for d in trust_dirs]
+        pooled, validation = answers_per_step(trust_dirs[0], len(agents))
+        cost = summary.get("cost", {})
+        rows.append({
+            "cell": cell.name, "agent": agent, "best": best, "best_acc": finals[best],
+            "trust_acc": res[METHOD]["final"]["mean"], "seeds": len(res[METHOD]["final"]["by_seed"]),
+            "finals": finals,
+            "vs_best": _diff(vs.get(best)), "rule1": verdict(vs.get(best)),
+            "vs_gspo2x": _diff(vs.get("gspo2x")), "rule2": verdict(vs.get("gspo2x")),
+            "harm_checks": statistics.fmean(h for h, _ in per_run),
+            "distrust_share": statistics.fmean(s for _, s in per_run),
+            "answers_pooled": pooled, "answers_validation": validation,
+            "wall_trust": cost.get(METHOD, {}).get("wall_s", [None])[0],
+            "wall_naive": cost.get("naive", {}).get("wall_s", [None])[0],
+        })
+    return rows
+
+
+def _diff(vs: dict[str, Any] | None) -> dict[str, float] | None:
+    if not vs or not vs.get("interval"):
+        return None
+    return {"mean": vs["mean"], "lo": vs["interval"]["lo"], "hi": vs["interval"]["hi"],
+            "seed_lo": vs["seed_interval"]["lo"], "seed_hi": vs["seed_interval"]["hi"]}
+
+
+def _fmt(d: dict[str, float] | None) -> str:
+    if d is None:
+        return "—"
+    return f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (seeds [{d['seed_lo']:+.3f}, {d['seed_hi']:+.3f}])"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| cell | agent | best fixed (acc) | trust (acc) | trust − best [boot] (seeds) | rule 1 | "
+            "trust − gspo2x [boot] (seeds) | rule 2 | harm checks / run | updates at τ < 1 | answers / step "
+            "(+ checks) | wall s, trust / naive |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        wall = (f"{r['wall_trust']:.0f} / {r['wall_naive']:.0f}" if r["wall_trust"] and r["wall_naive"] else "—")
+        out.append(
+            f"| {r['cell']} | {r['agent']} | {r['best']} ({r['best_acc']:.3f}) | {r['trust_acc']:.3f} | "
+            f"{_fmt(r['vs_best'])} | {r['rule1']} | {_fmt(r['vs_gspo2x'])} | {r['rule2']} | "
+            f"{r['harm_checks']:.2f} | {r['distrust_share']:.0%} | {r['answers_pooled']:.0f} "
+            f"(+{r['answers_validation']:.0f}) | {wall} |")
+    return "\n".join(out)
+
+
+def overall(rows: list[dict[str, Any]]) -> str:
+    """Rule 3: no regret only if rules 1 and 2 hold everywhere; else the worst cell and agent."""
+    if rows and all(r["rule1"] == "within" and r["rule2"] == "within" for r in rows):
+        return f"no regret: within {MARGIN} of the best fixed method and of GSPO×2 in all {len(rows)} cells and agents"
+    worst = min(rows, key=lambda r: r["vs_best"]["mean"] if r["vs_best"] else 0.0)
+    failing = sum(not (r["rule1"] == "within" and r["rule2"] == "within") for r in rows)
+    return (f"not shown: {failing} of {len(rows)} cells and agents miss rule 1 or 2; the worst is {worst['cell']} "
+            f"{worst['agent']}: trust − {worst['best']} {_fmt(worst['vs_best'])}")
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> None:
+    """Regret (best fixed − trust) per cell and agent, with the bootstrap interval; the ±0.01 band shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows)), 3.6))
+    xs = list(range(len(rows)))
+    means = [-r["vs_best"]["mean"] for r in rows]
+    err = [[r["vs_best"]["mean"] - r["vs_best"]["lo"] for r in rows],
+           [r["vs_best"]["hi"] - r["vs_best"]["mean"] for r in rows]]
+    ax.axhspan(-MARGIN, MARGIN, color="0.9", zorder=0, label=f"±{MARGIN}")
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.errorbar(xs, means, yerr=[err[1], err[0]], fmt="o", color="tab:blue", capsize=3,
+                label="best fixed − trust, 95% paired bootstrap")
+    ax.set_xticks(xs, [f"{r['cell']}\n{r['agent']}\n(best: {r['best']})" for r in rows], fontsize=7)
+    ax.set_ylabel("regret (held-out accuracy)")
+    ax.set_title("trust against the best fixed way of sharing, per cell and agent")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cells", nargs="+", type=Path, help="comparison directories (results/trust/<cell>)")
+    parser.add_argument("--plot", type=Path, help="write the regret picture here (PNG)")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    args = parser.parse_args(argv)
+    rows = [row for cell in args.cells for row in cell_rows(cell)]
+    print(table(rows))
+    print()
+    print(overall(rows))
+    if args.plot:
+        plot(rows, args.plot)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

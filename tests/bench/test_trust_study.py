@@ -1,0 +1,82 @@
+"""bench/trust_study.py on a hand-made comparison directory (a minimal summary.json, two trust runs' metrics and
+configs): the best fixed arm, the pre-registered rules' readings, trust's decisions and its answers per step, each
+against arithmetic done by hand. No training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+@pytest.fixture(scope="module")
+def study(load_script):
+    return load_script("bench/trust_study.py", "bench_trust_study")
+
+
+def _vs(mean, lo, hi, seed_lo, seed_hi):
+    return {"mean": mean, "interval": {"lo": lo, "hi": hi}, "seed_interval": {"lo": seed_lo, "hi": seed_hi}}
+
+
+def make_cell(root: Path) -> Path:
+    """Agents a and b, seeds 0-1. a: best fixed naive 0.60, trust 0.595, within 0.01 by both intervals; b: best
+    fixed gspo2x 0.50, trust 0.45, regret by both. Trust runs: a's trust cut once in seed 0 (τ 0 for 1 of 3
+    updates, 0.25 for 1); b's never."""
+    cell = root / "cell"
+    finals = {"a": {"hacpo": 0.58, "naive": 0.60, "imitation": 0.59, "gspo2x": 0.57, "trust": 0.595},
+              "b": {"hacpo": 0.44, "naive": 0.46, "imitation": 0.30, "gspo2x": 0.50, "trust": 0.45}}
+    vs = {"a": {"naive": _vs(-0.005, -0.009, 0.0, -0.008, 0.001), "gspo2x": _vs(0.025, 0.01, 0.04, 0.012, 0.038)},
+          "b": {"gspo2x": _vs(-0.05, -0.07, -0.03, -0.08, -0.02), "naive": _vs(-0.01, -0.03, 0.01, -0.04, 0.02)}}
+    results = {agent: {arm: {"final": {"mean": acc, "by_seed": {"0": acc, "1": acc}}} for arm, acc in arms.items()}
+               for agent, arms in finals.items()}
+    for agent in results:
+        results[agent]["trust"]["vs"] = vs[agent]
+    runs = [{"algorithm": arm, "seed": s, "dir": f"elsewhere/cell/runs/{arm}/seed-{s}"}
+            for arm in finals["a"] for s in (0, 1)]
+    summary = {"agents": {"a": "builtin:x", "b": "builtin:y"}, "results": results, "runs": runs,
+               "cost": {"trust": {"wall_s": [30.0, 1.0]}, "naive": {"wall_s": [25.0, 1.0]}}}
+    cell.mkdir()
+    (cell / "summary.json").write_text(json.dumps(summary))
+    cfg = {"trainer": {"batch_size": 16, "steps": 30}, "rollout": {"rollouts_per_prompt": 8},
+           "algorithm": {"trust_every": 5, "trust_val_size": 256}}
+    taus = {0: ([1.0, 0.0, 0.25], [0.0, 1.0, 0.0]), 1: ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0])}
+    for seed, (tau_a, harm_a) in taus.items():
+        run = cell / "runs" / "trust" / f"seed-{seed}"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+        lines = [{"step": i + 1, "agent/a/trust/b": t, "agent/a/val/harm": h, "agent/b/trust/a": 1.0}
+                 for i, (t, h) in enumerate(zip(tau_a, harm_a, strict=True))]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return cell
+
+
+def test_rows_read_the_best_arm_the_rules_and_the_decisions(study, tmp_path):
+    rows = {r["agent"]: r for r in study.cell_rows(make_cell(tmp_path))}
+    a, b = rows["a"], rows["b"]
+    assert (a["best"], a["best_acc"], a["trust_acc"]) == ("naive", 0.60, 0.595)
+    assert (a["rule1"], a["rule2"]) == ("within", "within")
+    assert (b["best"], b["rule1"], b["rule2"]) == ("gspo2x", "regret", "regret")
+    # a: harm checks 1 (seed 0) and 0 (seed 1): 0.5 a run; τ < 1 in 2 of 3 updates, then 0 of 3: a third
+    assert a["harm_checks"] == pytest.approx(0.5) and a["distrust_share"] == pytest.approx(1 / 3)
+    assert b["harm_checks"] == 0.0 and b["distrust_share"] == 0.0
+    # 2 agents × 16 prompts × G 8 = 256 sampled answers; checks before steps 1, 6, ..., 26: 6 × 2 × 256 / 30 = 102.4
+    assert a["answers_pooled"] == 256.0 and a["answers_validation"] == pytest.approx(102.4)
+    assert (a["wall_trust"], a["wall_naive"]) == (30.0, 25.0)
+
+
+def test_the_verdict_names_the_worst_cell_and_agent(study, tmp_path):
+    rows = study.cell_rows(make_cell(tmp_path))
+    text = study.overall(rows)
+    assert text.startswith("not shown: 1 of 2")
+    assert "the worst is cell b: trust − gspo2x -0.050 [-0.070, -0.030]" in text
+    ok = [dict(r, rule1="within", rule2="within") for r in rows]
+    assert study.overall(ok).startswith("no regret")
+    table = study.table(rows)
+    assert table.count("\n") == 3 and "| cell | a | naive (0.600) | 0.595 |" in table
+
+
+def test_a_cell_without_a_summary_is_one_line(study, tmp_path):
+    with pytest.raises(SystemExit, match="no summary.json"):
+        study.cell_rows(tmp_path)
