@@ -146,6 +146,20 @@ def test_partner_loss_truncated_is_with_the_veto_by_hand():
     assert_close(inputs.logp_BT.grad[:, 0], torch.tensor([-0.275, 0.2375, 0.0, -0.5], dtype=torch.float64))
 
 
+def test_truncated_is_still_trains_where_the_log_ratio_is_clamped():
+    # one partner row, one token: ℓ̄_θ = 12, author mean 0, A = 1. log s = 12 is clamped at max_log_ratio 10, so s
+    # = e^10 and a gradient through s would be 0; F-TIS's weight is min(e^10, C 2) = 2: loss −2·1/1 = −2 and
+    # d loss/dlogp = −2 (docs/methods.md: "above the cap the answer still trains, at weight C")
+    logp_BT = torch.tensor([[12.0]], dtype=torch.float64, requires_grad=True)
+    inputs = LossInputs(logp_BT=logp_BT, mask_BT=torch.ones(1, 1, dtype=torch.bool), advantages_B=torch.tensor([1.0]),
+                        old_logp_mean_B=torch.zeros(1), own_B=torch.tensor([False]))
+    loss, _ = partner_loss(inputs, clip_low=0.2, clip_high=0.28, partner_term="truncated_is", is_cap=2.0,
+                           max_log_ratio=10.0)
+    assert float(loss.detach()) == pytest.approx(-2.0)
+    loss.backward()
+    assert float(logp_BT.grad[0, 0]) == pytest.approx(-2.0)
+
+
 def test_partner_loss_keep_trains_the_negative():
     # as above with negatives=keep: the s = 0.5, A = −1 row adds min(0.5, 2)·(−1) = −0.5
     # loss = −(1.1 − 0.95 − 0.5 + 2)/4 = −0.4125

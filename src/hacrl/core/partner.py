@@ -53,14 +53,18 @@ def clipped_term(*, s_B: Tensor, adv_B: Tensor, logp_BT: Tensor, mask_BT: Tensor
 
 def truncated_is_term(*, s_B: Tensor, adv_B: Tensor, logp_BT: Tensor, mask_BT: Tensor, clip_low: float,
                       clip_high: float, is_cap: float, shaping_gamma: float) -> Tensor:
-    """float[B]: truncated importance sampling (F-TIS; IMPALA's ρ̄ = min(ρ, C)): J = sg(min(s, C))·(s/sg(s))·A,
+    """float[B]: truncated importance sampling (F-TIS; IMPALA's ρ̄ = min(ρ, C)): J = sg(min(s, C))·e^(ℓ̄_θ − sg(ℓ̄_θ))·A,
     whose value is min(s, C)·A and whose gradient is min(s, C)·A·∇ℓ̄_θ: weight s below the cap, C above it (the
-    truncation bounds the weight, it does not cut the gradient)."""
+    truncation bounds the weight, it does not cut the gradient). The score function is taken from ℓ̄_θ itself (the
+    masked token mean of ``logp_BT``), not from s, so it survives where the sequence log-ratio is clamped at
+    ±max_log_ratio (a clamped s has no gradient): an answer the learner finds e^12 times likelier than its author
+    still trains, at weight C."""
     if not is_cap > 0:
         raise ValueError(f"is_cap must be > 0, got {is_cap}")
-    s_det_B = s_B.detach()
-    # w = min(π_θ / π_author, C), detached; s / sg(s) carries the score function ∇ log s = ∇ℓ̄_θ
-    return s_det_B.clamp_max(is_cap) * (s_B / s_det_B) * adv_B
+    m_BT = mask_BT.bool()
+    mean_B = torch.where(m_BT, logp_BT.float(), 0.0).sum(-1) / m_BT.sum(-1).clamp_min(1)
+    # w = min(π_θ / π_author, C), detached; e^(ℓ̄ − sg(ℓ̄)) is 1 in value and carries the score function ∇ℓ̄_θ
+    return s_B.detach().clamp_max(is_cap) * torch.exp(mean_B - mean_B.detach()).to(s_B) * adv_B
 
 
 def shaping_term(*, s_B: Tensor, adv_B: Tensor, logp_BT: Tensor, mask_BT: Tensor, clip_low: float,
