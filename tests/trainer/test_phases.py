@@ -218,6 +218,19 @@ def test_a_step_with_no_scorable_answer_is_one_clear_error():
                               "task.reward_timeout_s")
 
 
+def test_a_step_with_no_scorable_answer_and_none_timed_out_does_not_advise_the_timeout():
+    def score(texts, _probs):
+        result = ScoreResult([None] * 2)
+        result.error = 2
+        result.first_message = {"error": "answer 0: KeyError: 'ground_truth'"}
+        return result
+
+    with pytest.raises(InputError) as err:
+        phases(score).score(problems(1), [answer(0, 0), answer(0, 1)], step=1)
+    assert str(err.value) == ("task.reward: no answer of step 1 could be scored (2 error: answer 0: KeyError: "
+                              "'ground_truth'); fix the reward function")
+
+
 def test_a_kind_counted_without_a_message_reads_empty():
     def score(texts, _probs):
         result = ScoreResult([None])

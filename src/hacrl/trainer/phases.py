@@ -175,8 +175,9 @@ class Phases:
         if answers and result.ok == 0:
             reasons = "; ".join(f"{n} {kind}: {result.first_message.get(kind, '')}" for kind, n in
                                 result.counts().items() if n)  # no answer is ok here
+            timeout = " or raise task.reward_timeout_s" if result.timeout else ""  # only when answers timed out
             raise InputError(f"task.reward: no answer of step {step} could be scored ({reasons}); "
-                             f"fix the reward function or raise task.reward_timeout_s")
+                             f"fix the reward function{timeout}")
         # tokenizer-neutral: each worker keeps its own token ids and log-probs from rollout to update
         trajectories = [dataclasses.replace(t, reward=reward)
                         for t, reward in zip(answers, result.rewards, strict=True)]
