@@ -90,3 +90,33 @@ def test_a_gpu_shortfall_ends_hacrl_train_before_ray_starts(tmp_path, monkeypatc
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "ask for 128 GPU(s) and this machine has" in err[0], err
     assert err[0].startswith("hacrl: error: backend.name=ray: ") and not run.exists()
+
+
+def _rows(path, n: int) -> None:
+    path.write_text("".join(f'{{"question": "{i:02d}+{i:02d}=", "answer": "{2 * i}"}}\n' for i in range(n)))
+
+
+def test_the_check_counts_epochs_as_training_does(tmp_path, monkeypatch, capsys):
+    """`trainer.num_train_epochs` is counted into steps once the task is built: --check builds it too, so a
+    builtin task with epochs, steps that disagree with the epochs and a warm-up longer than the counted run are
+    found before anything loads."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--preset", "tiny-test", "--set", "trainer.steps=null", "--set",
+                 "trainer.num_train_epochs=1", "--check"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[1].startswith("  [data and reward] trainer.num_train_epochs: task 'add2' draws new problems"), err
+    _rows(tmp_path / "train.jsonl", 20)
+    data = ["--set", "task.kind=dataset", "--set", f"task.train_path={tmp_path / 'train.jsonl'}", "--set",
+            "task.test_fraction=0.5", "--set", "trainer.eval_size=5", "--set", "trainer.batch_size=4"]
+    assert main(["train", "--preset", "tiny-test", *data, "--set", "trainer.steps=5", "--set",
+                 "trainer.num_train_epochs=1", "--check"]) == 2  # 10 training rows at 4 a step: 3 steps
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "trainer.steps=5 and trainer.num_train_epochs=1 disagree" in err[1], err
+    assert main(["train", "--preset", "tiny-test", *data, "--set", "trainer.steps=null", "--set",
+                 "trainer.num_train_epochs=1", "--set", "agents.qwen-char.lr_schedule=cosine", "--set",
+                 "agents.qwen-char.warmup_steps=4", "--check"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "agents.qwen-char.warmup_steps=4 is more than the run's 3 trainer.steps" in err[1], err
+    assert main(["train", "--preset", "tiny-test", *data, "--set", "trainer.steps=null", "--set",
+                 "trainer.num_train_epochs=1", "--check"]) == 0
+    assert not (tmp_path / "runs").exists()

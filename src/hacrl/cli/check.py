@@ -12,8 +12,10 @@ next, and prints them all:
 - models: each agent's model resolves to a directory with a config.json (no weights are read);
 - ray: the GPUs and CPUs the agents' actors ask for against this machine's (a cluster given by address is not
   queried here);
-- data and reward: the task's files and fields, its held-out split, benchmark files, and the reward's contract
-  (called once on the first training row, as training does before any model loads).
+- data and reward: the task's files and fields, ``trainer.num_train_epochs`` counted into steps as training
+  counts them (a task without epochs, steps that disagree, a warm-up longer than the counted run), its held-out
+  split, benchmark files, and the reward's contract (called once on the first training row, as training does
+  before any model loads).
 
 ``hacrl train`` itself stops at the same Ray resource shortfall before Ray starts
 (:func:`hacrl.backends.ray_actors.machine_shortfall`). Exit code 0 when nothing was found, 2 otherwise.
@@ -120,11 +122,15 @@ def _reward_import(cfg: Config) -> list[str]:
 
 
 def _data_and_reward(cfg: Config) -> list[str]:
-    from hacrl.data.factory import build_task, task_scorer
+    from hacrl.data.factory import build_task, task_scorer, with_task_epochs
     from hacrl.trainer.evaluation import load_benchmarks
 
     out: list[str] = []
     task = build_task(cfg.task, seed=cfg.run.seed, max_new_tokens=cfg.rollout.max_new_tokens)
+    try:  # trainer.num_train_epochs counted as training counts it, once the task is built
+        with_task_epochs(cfg, task)
+    except Exception as exc:  # noqa: BLE001
+        out.append(str(exc))
     try:
         task.test_problems(cfg.trainer.eval_size)
     except Exception as exc:  # noqa: BLE001

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from hacrl.errors import InputError
 
 if TYPE_CHECKING:
-    from hacrl.config import TaskConfig
+    from hacrl.config import Config, TaskConfig
     from hacrl.data.tasks import Task
     from hacrl.rewards import RewardScorer
 
@@ -22,6 +22,20 @@ def build_task(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
     from hacrl.data.fewshot import with_fewshot
 
     return with_fewshot(_build(task_cfg, seed=seed, max_new_tokens=max_new_tokens), task_cfg.fewshot)
+
+
+def with_task_epochs(cfg: Config, task: Any = None) -> Config:
+    """``cfg`` with ``trainer.steps`` counted from ``trainer.num_train_epochs`` over its task's training problems
+    (:func:`hacrl.config.with_epoch_steps`), as the trainer counts them; ``cfg`` itself without epochs. ``task``:
+    the built task (default: built here, reading its data). Raises ConfigError (a task without epochs, steps
+    that disagree, a warm-up longer than the counted run)."""
+    from hacrl.config import with_epoch_steps
+
+    if cfg.trainer.num_train_epochs is None:
+        return cfg
+    if task is None:
+        task = build_task(cfg.task, seed=cfg.run.seed, max_new_tokens=cfg.rollout.max_new_tokens)
+    return with_epoch_steps(cfg, getattr(task, "num_train", None), task.name)
 
 
 def _build(task_cfg: Any, *, seed: int, max_new_tokens: int) -> Any:
