@@ -639,3 +639,21 @@ def test_a_stopped_run_is_recorded_as_stopped_and_resumes(tiny_models, tmp_path)
     record = json.loads((out / "runs/gspo/seed-0/compare.json").read_text())
     assert [(i["status"], i["from_step"], i["to_step"]) for i in record["invocations"]] == [
         ("stopped", 0, 1), ("resumed", 1, 2)]
+
+
+def test_a_comparison_with_epochs_plans_the_counted_steps(tmp_path, capsys):
+    """``trainer.num_train_epochs`` is counted over the task's training problems before the runs are planned,
+    as the trainer counts it: the plan (and the resume and reuse decisions) use that count, not the preset's;
+    epochs over a builtin task are refused in one line before anything trains."""
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(f'{{"question": "{i:02d}+{i:02d}=", "answer": "{2 * i}"}}\n' for i in range(20)))
+    out = tmp_path / "cmp"
+    sets = ["task.kind=dataset", f"task.train_path={data}", "task.test_fraction=0.5", "trainer.eval_size=5",
+            "trainer.batch_size=4", "trainer.steps=null", "trainer.num_train_epochs=1"]  # ceil(10 / 4) = 3 steps
+    argv = ["--preset", "tiny-test", "--algos", "hacpo,gspo", "--seeds", "1", "--output", str(out), "--dry-run"]
+    assert cmd_compare(_compare_args(*argv, *(x for s in sets for x in ("--set", s)))) == 0
+    printed = capsys.readouterr().out
+    assert "[1/2] hacpo seed 0: train 3 steps" in printed and "[2/2] gspo seed 0: train 3 steps" in printed, printed
+    with pytest.raises(ConfigError, match=r"^trainer\.num_train_epochs: task 'add2' draws new problems"):
+        cmd_compare(_compare_args(*argv, "--set", "trainer.steps=null", "--set", "trainer.num_train_epochs=1"))
+    assert not (out / "runs").exists()

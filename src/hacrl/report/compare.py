@@ -217,14 +217,15 @@ def run_comparison(
         raise ConfigError(f"compare: two config files ({path}, {config_path}); give one --config")
     config_path = Path(config_path) if config_path is not None else path
     output_dir = Path(output_dir)
-    base = load_config(preset, config_path, overrides)
+    tasks: dict[tuple[str, int, int], Any] = {}  # built once per task, for the epoch counts
+    base = _epochs_counted(load_config(preset, config_path, overrides), tasks)
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: give 1 or more runs to train at a time")
     if jobs_backend not in JOBS_BACKENDS:
         raise ConfigError(f"--jobs-backend must be one of {', '.join(JOBS_BACKENDS)}, got {jobs_backend!r}")
     threads = _lane_threads(overrides, jobs, jobs_backend)
     lane = [f"trainer.threads={threads}"] if threads else []  # the runs' own; not in the report's overrides
-    configs = _run_configs(preset, config_path, [*overrides, *lane], algos, seed_list)
+    configs = _run_configs(preset, config_path, [*overrides, *lane], algos, seed_list, tasks)
     if not report_only:  # a report from finished runs needs no model (one whose package is gone still reports)
         _check_models(base)
     command = command or default_command(preset, config_path, algos, seed_list, overrides, output_dir, paired_with)
@@ -310,18 +311,33 @@ def _run_in_lanes(plans: Sequence[RunPlan], jobs: int, backend: str, address: st
 
 
 def _run_configs(preset: str | None, config_path: Path | None, overrides: list[str], algos: list[str],
-                 seeds: list[int]) -> dict[tuple[str, int], Config]:
-    """Every run's config, algorithm × seed, each loaded and derived, so that any bad combination fails
-    before anything trains."""
+                 seeds: list[int], tasks: dict[tuple[str, int, int], Any]) -> dict[tuple[str, int], Config]:
+    """Every run's config, algorithm × seed, each loaded, its epochs counted (:func:`_epochs_counted`) and
+    derived, so that any bad combination fails before anything trains."""
     configs: dict[tuple[str, int], Config] = {}
     for algo in algos:
         name, own = parse_variant(algo)
         a = ALGORITHMS.get(name)
         for s in seeds:
             cfg = load_config(preset, config_path, [*overrides, *own, f"algorithm.name={name}", f"run.seed={s}"])
+            cfg = _epochs_counted(cfg, tasks)
             derive(cfg, shares_pool=a.shares_pool, rollout_multiplier=a.rollout_multiplier, needs_groups=True)
             configs[algo, s] = cfg
     return configs
+
+
+def _epochs_counted(cfg: Config, tasks: dict[tuple[str, int, int], Any]) -> Config:
+    """``cfg`` with ``trainer.steps`` counted from ``trainer.num_train_epochs`` as the trainer counts it
+    (:func:`hacrl.data.factory.with_task_epochs`), so that runs are planned, resumed and reused at that count;
+    each task is built once into ``tasks``. Raises ConfigError (a task without epochs, steps that disagree)."""
+    from hacrl.data.factory import build_task, with_task_epochs
+
+    if cfg.trainer.num_train_epochs is None:
+        return cfg
+    key = (cfg.task.model_dump_json(), cfg.run.seed, cfg.rollout.max_new_tokens)
+    if key not in tasks:
+        tasks[key] = build_task(cfg.task, seed=cfg.run.seed, max_new_tokens=cfg.rollout.max_new_tokens)
+    return with_task_epochs(cfg, tasks[key])
 
 
 def write_report(base: Config, meta: dict[str, Any], outcomes: list[RunOutcome], output_dir: Path) -> Path:
