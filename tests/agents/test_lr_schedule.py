@@ -135,3 +135,13 @@ def test_the_agent_saves_its_scheduler_beside_its_optimizer(tmp_path):
     constant.tokenizer.save_pretrained = lambda path: None
     constant.save(tmp_path / "without")
     assert not (tmp_path / "without" / SCHEDULER_FILE).exists()
+
+
+def test_the_run_directory_docs_name_the_scheduler_file():
+    """docs/usage.md's run-directory listing names what an agent's checkpoint holds beside its weights."""
+    from pathlib import Path
+
+    usage = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text(encoding="utf-8")
+    listing = usage.split("## The run directory", 1)[1].split("```", 2)[1]
+    checkpoints = listing.split("checkpoints/step-*/", 1)[1].split("export/", 1)[0]
+    assert SCHEDULER_FILE in checkpoints and "optimizer.pt" in checkpoints and "trainer_state.pt" in checkpoints
