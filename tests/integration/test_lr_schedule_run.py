@@ -159,3 +159,20 @@ def test_sharding_rebuilds_the_optimizer_and_the_schedule_follows_it(tmp_path):
                                                               num_warmup_steps=1, num_training_steps=4)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_finished_scheduled_run_is_not_told_to_resume_with_more_steps(tmp_path, capsys):
+    """The hint after resuming a finished run ("to train further: --resume … trainer.steps=2N") would meet the
+    schedule's one-line refusal: for a run with a schedule other than constant it says why and what works."""
+    from hacrl.cli import main
+
+    run = tmp_path / "run"
+    sets = ["--set", "trainer.steps=1", *(x for s in QUICK for x in ("--set", s)),
+            "--set", "agents.llama-bpe.lr_schedule=cosine"]
+    assert main(["train", "--preset", "tiny-test", *sets, "--output", str(run), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0
+    hint = [line for line in capsys.readouterr().out.splitlines() if "to train further" in line]
+    assert len(hint) == 1 and "trainer.steps=2" not in hint[0], hint
+    assert "agents.llama-bpe.lr_schedule=cosine" in hint[0] and "cannot stretch mid-run" in hint[0], hint
+    assert f"hacrl export {run}" in hint[0], hint

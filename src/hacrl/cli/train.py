@@ -278,8 +278,20 @@ def _already_finished(args: Launch, cfg: Config, run_dir: Path, checkpoint: Path
         before, after = evals.get((0, agent_id)), evals.get((step, agent_id))
         if before is not None or after is not None:
             print(f"  {agent_id:<20} before {_acc(before)}  after {_acc(after)}")
-    print(f"hacrl: to train further: {args.command(run_dir, '--resume', [f'trainer.steps={2 * done}'])}")
+    print(f"hacrl: to train further: {_further(args, cfg, run_dir, done)}")
     return True
+
+
+def _further(args: Launch, cfg: Config, run_dir: Path, done: int) -> str:
+    """How to train a finished run further: resume with twice its steps, unless an agent's learning-rate
+    schedule (planned over the run's steps, :mod:`hacrl.agents.lr_schedule`) would refuse another count."""
+    scheduled = [f"agents.{a.id}.lr_schedule={a.lr_schedule}" for a in cfg.agents if a.lr_schedule != "constant"]
+    if not scheduled:
+        return args.command(run_dir, "--resume", [f"trainer.steps={2 * done}"])
+    span = f"span{'s' if len(scheduled) == 1 else ''} this run's {done} step{'s' if done != 1 else ''}"
+    return (f"not by resuming with more steps ({', '.join(scheduled)} {span}, and a schedule cannot stretch "
+            f"mid-run); export the models (hacrl export {run_dir}) and train them in a new run "
+            f"(agents.<id>.model=<the exported folder>)")
 
 
 def _acc(value: float | None) -> str:
