@@ -6,7 +6,8 @@ Protocol on two pipes (file descriptors passed on the command line):
   contract)], "weights": [...]}``), then lists of ``(index, completion, sample)`` chunks, then ``None`` (or
   EOF) to exit;
 - worker -> parent: ``("ready", pid)`` or ``("init_error", message)``, then one
-  ``(index, kind, value, message)`` per answer, in order (a batched reward set: after one call per chunk).
+  ``(index, kind, value, message, parts)`` per answer, in order (a batched reward set: after one call per chunk;
+  ``parts``: each function's own value when there are several, else ``()``).
 
 The worker ignores SIGINT (the parent owns Ctrl-C and kills it), and exits when its parent is gone.
 """
@@ -67,9 +68,10 @@ def main(task_fd: int, result_fd: int) -> None:
         if chunk is None:
             return
         if reward_set.batched:
-            outcomes = reward_set.score_batch([c for _, c, _ in chunk], [s for _, _, s in chunk])
-            for (index, _, _), outcome in zip(chunk, outcomes):
-                tx.send((index, *outcome))
+            scored = reward_set.score_each([c for _, c, _ in chunk], [s for _, _, s in chunk])
+            for (index, _, _), (outcome, parts) in zip(chunk, scored):
+                tx.send((index, *outcome, parts))
         else:
             for index, completion, sample in chunk:
-                tx.send((index, *reward_set.score_one(completion, sample)))
+                outcome, parts = reward_set.score_each([completion], [sample])[0]
+                tx.send((index, *outcome, parts))

@@ -25,7 +25,8 @@ first one named ``prompts``) is ``trl``, one named ``solution_str`` (or ``soluti
 function marked with :func:`trl_reward` / :func:`verl_reward` (or given ``task.reward_contract``) is what
 it says. :class:`RewardSet` calls one or several rewards and combines them as TRL's ``reward_weights`` do:
 the weighted sum of the rewards that scored the answer (None: the function could not score it); an answer
-no function could score is None. A call that breaks the contract (wrong arguments, a list from a per-answer
+no function could score is None; each function's own value comes back beside the sum (:meth:`RewardSet.score_each`,
+for the per-function metrics ``agent/<id>/reward/<name>``, named by :attr:`RewardSet.names`). A call that breaks the contract (wrong arguments, a list from a per-answer
 function, a float or a list of the wrong length from a batched one, a keyword the rows lack) is an error
 whose message starts with :data:`CONTRACT_ERROR`; :meth:`hacrl.rewards.RewardScorer.check` turns it into
 one line at start.
@@ -41,6 +42,7 @@ one line at start.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -291,12 +293,33 @@ class RewardSet:
     def batched(self) -> bool:
         return any(r.batched for r in self.rewards)
 
+    @property
+    def names(self) -> list[str]:
+        """Each function's name in the metrics (``agent/<id>/reward/<name>``), as TRL names them: its
+        ``__name__`` (a registered reward: its registry name), a repeated name numbered ``_2``, ``_3``, ..."""
+        names: list[str] = []
+        for reward in self.rewards:
+            base = reward.name if reward.name in REWARDS else _function_name(reward.fn)
+            name, k = base, 2
+            while name in names:
+                name, k = f"{base}_{k}", k + 1
+            names.append(name)
+        return names
+
     def score_batch(self, completions: list[str], samples: list[dict[str, Any]]) -> list[Outcome]:
         """One outcome per answer: the weighted sum of the rewards that scored it (see module doc)."""
+        return [outcome for outcome, _ in self.score_each(completions, samples)]
+
+    def score_each(self, completions: list[str], samples: list[dict[str, Any]]
+                   ) -> list[tuple[Outcome, tuple[float | None, ...]]]:
+        """Per answer, its outcome (:meth:`score_batch`) and, with several functions, each one's own value in
+        order (None: it did not score the answer); ``()`` with a single function."""
         per = [r.score_batch(completions, samples) for r in self.rewards]
-        if len(per) == 1 and self.weights[0] == 1.0:
-            return per[0]
-        return [_combine([p[i] for p in per], self.weights) for i in range(len(completions))]
+        if len(per) == 1:
+            outcomes = per[0] if self.weights[0] == 1.0 else [_combine([o], self.weights) for o in per[0]]
+            return [(outcome, ()) for outcome in outcomes]
+        return [(_combine([p[i] for p in per], self.weights), tuple(p[i][1] for p in per))
+                for i in range(len(completions))]
 
     def score_one(self, completion: str, sample: dict[str, Any]) -> Outcome:
         return self.score_batch([completion], [sample])[0]
@@ -310,6 +333,13 @@ def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
         value = asyncio.run(value)
     return value
+
+
+def _function_name(fn: Callable) -> str:
+    """A function's ``__name__`` (a ``functools.partial``'s function's; a callable object's class name)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def _combine(outcomes: list[Outcome], weights: list[float]) -> Outcome:

@@ -77,7 +77,9 @@ class ScoreResult:
     """Rewards in input order (None = unscorable) and how many answers ended each way.
 
     ``first_message`` holds, per non-ok kind, the message of the lowest-numbered answer of that kind
-    (e.g. the exception), for logs.
+    (e.g. the exception), for logs. ``by_function``: with several reward functions, each one's own value per
+    answer, in input order, by name (:attr:`~hacrl.rewards.contract.RewardSet.names`; None: that function did
+    not score the answer, or the answer was never scored); empty with a single function.
     """
 
     rewards: list[float | None]
@@ -88,13 +90,18 @@ class ScoreResult:
     timeout: int = 0
     first_message: dict[str, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    by_function: dict[str, list[float | None]] = field(default_factory=dict)
     _first_index: dict[str, int] = field(default_factory=dict, repr=False)
 
     def counts(self) -> dict[str, int]:
         return {kind: getattr(self, kind) for kind in KINDS}
 
-    def record(self, index: int, kind: str, value: float | None, message: str | None) -> None:
+    def record(self, index: int, kind: str, value: float | None, message: str | None,
+               parts: Sequence[float | None] = ()) -> None:
+        """Answer ``index`` ended as ``kind`` with ``value``; ``parts``: each function's own value, in order."""
         self.rewards[index] = value
+        for values, part in zip(self.by_function.values(), parts):
+            values[index] = part
         setattr(self, kind, getattr(self, kind) + 1)
         if message is not None and index < self._first_index.get(kind, len(self.rewards)):
             self._first_index[kind] = index
@@ -166,15 +173,19 @@ class RewardScorer:
     def score(self, completions: list[str], samples: list[dict]) -> ScoreResult:
         if len(completions) != len(samples):
             raise ValueError(f"{len(completions)} completions but {len(samples)} samples")
-        result = ScoreResult(rewards=[None] * len(completions))
+        n = len(completions)
+        several = len(self.rewards.rewards) > 1
+        result = ScoreResult(rewards=[None] * n, by_function={name: [None] * n for name in self.rewards.names}
+                             if several else {})
         start = time.monotonic()
         if self.timeout_s is None:
             if self.rewards.batched:
-                for i, outcome in enumerate(self.rewards.score_batch(list(completions), list(samples))):
-                    result.record(i, *outcome)
+                for i, (outcome, parts) in enumerate(self.rewards.score_each(list(completions), list(samples))):
+                    result.record(i, *outcome, parts)
             else:
                 for i, (completion, sample) in enumerate(zip(completions, samples)):
-                    result.record(i, *self.rewards.score_one(completion, sample))
+                    outcome, parts = self.rewards.score_each([completion], [sample])[0]
+                    result.record(i, *outcome, parts)
         else:
             if os.getpid() != self._owner_pid:
                 self._adopt_after_fork()
@@ -295,8 +306,8 @@ class RewardScorer:
                     self._replace(w, start=False)
                     raise RuntimeError(f"reward worker could not load {self.spec!r}: {msg[1]}")
                 else:
-                    index, kind, value, message = msg
-                    result.record(index, kind, value, message)
+                    index, kind, value, message, parts = msg
+                    result.record(index, kind, value, message, parts)
                     self._answered, self._timeouts_in_row = True, 0
                     w.pos += 1
                     if w.pos == len(w.chunk):

@@ -5,7 +5,7 @@
 - ``Phases``: the sampling parameters, the scoring of answers into a ``TrajectoryPool``, the update's request
   (``learner.request.UpdateRequest``) and the update's metrics;
 - pure functions of a pool and scalars: ``pool_metrics``, ``rescue_share``, ``rollout_metrics``,
-  ``sub_phase_timings``; ``timed`` times a phase.
+  ``reward_function_metrics``, ``sub_phase_timings``; ``timed`` times a phase.
 
 Nothing here computes a formula (those are in ``hacrl.core``) or talks to a worker: the loops make the calls.
 Tests: tests/trainer/test_phases.py (hand-computed, no model).
@@ -18,7 +18,7 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -108,6 +108,25 @@ def pool_metrics(pool: TrajectoryPool, agent_ids: list[str], capability_N: torch
     return out
 
 
+def reward_function_metrics(sources: Sequence[int], by_function: dict[str, list[float | None]],
+                            agent_ids: Sequence[str]) -> dict[str, float]:
+    """With several reward functions (``ScoreResult.by_function``: each one's value per answer, None where it did
+    not score it), each function's mean over each agent's answers it scored, as ``agent/<id>/reward/<name>``
+    (TRL's ``rewards/<name>/mean``, per agent; ``agent/<id>/reward`` is the weighted sum); ``sources``: each
+    answer's agent index. No key where a function scored none of an agent's answers.
+
+    >>> reward_function_metrics([0, 0, 1], {"fmt": [1.0, 0.5, None], "acc": [0.0, 1.0, 1.0]}, ["a", "b"])
+    {'agent/a/reward/fmt': 0.75, 'agent/a/reward/acc': 0.5, 'agent/b/reward/acc': 1.0}
+    """
+    out: dict[str, float] = {}
+    for index, agent_id in enumerate(agent_ids):
+        for name, values in by_function.items():
+            own = [v for v, source in zip(values, sources, strict=True) if source == index and v is not None]
+            if own:
+                out[f"agent/{agent_id}/reward/{name}"] = sum(own) / len(own)
+    return out
+
+
 # ---- the data ---------------------------------------------------------------------------------------------------
 class DataStream:
     """The training problems in order, from position ``start`` on; ``position`` is how many the run has taken
@@ -165,7 +184,8 @@ class Phases:
     def score(self, problems: list[Problem], answers: list[Trajectory], *, step: int
               ) -> tuple[TrajectoryPool, dict[str, float]]:
         """The answers with their rewards as a pool over ``problems`` (unscorable: reward None) and the counts
-        ``reward/<kind>`` and ``agent/<id>/unscorable``; ``step`` (1-based) names the step in warnings (also, once,
+        ``reward/<kind>`` and ``agent/<id>/unscorable`` (with several reward functions, each one's mean per agent:
+        ``reward_function_metrics``); ``step`` (1-based) names the step in warnings (also, once,
         all-zero rewards and rewards outside [0, 1]: ``reward_checks``). An error when no answer could be scored."""
         result = self.score_texts([t.text for t in answers], [problems[t.prompt_index] for t in answers])
         stats: dict[str, float] = {f"reward/{kind}": n for kind, n in result.counts().items()}
@@ -183,6 +203,7 @@ class Phases:
                         for t, reward in zip(answers, result.rewards, strict=True)]
         for index, agent_id in enumerate(self.agent_ids):
             stats[f"agent/{agent_id}/unscorable"] = sum(t.reward is None for t in trajectories if t.source == index)
+        stats.update(reward_function_metrics([t.source for t in answers], result.by_function, self.agent_ids))
         self.warnings.check(trajectories, self.agent_ids, step)
         return TrajectoryPool(problems, trajectories), stats
 

@@ -1,0 +1,84 @@
+"""What `hacrl train` logs and prints, as a TRL user expects it (issue 59, item 3), with the tiny models:
+
+- several weighted rewards: each function's mean per agent and step (``agent/<id>/reward/<name>``, TRL's
+  ``rewards/<name>/mean``) beside the weighted sum, and the training itself unchanged by them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hacrl.cli import main
+from hacrl.rewards import get_reward
+
+pytestmark = pytest.mark.model
+
+REWARDS = Path(__file__).resolve().parents[1] / "rewards" / "step_rewards.py"
+QUICK = ["--set", "trainer.steps=2", "--set", "trainer.eval_size=20", "--set", "trainer.log_samples=4"]
+
+
+def data(tmp_path: Path) -> Path:
+    path = tmp_path / "sums.jsonl"
+    rows = [{"prompt": f"{a:02d}+{b:02d}=", "solution": str(a + b)} for a, b in
+            ((i * 7 % 100, i * 13 % 100) for i in range(60))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def train(tmp_path: Path, name: str, reward: str, *extra: str) -> tuple[int, Path]:
+    run = tmp_path / name
+    rc = main(["train", "--preset", "tiny-test", "--set", "task.kind=dataset", "--set",
+               f"task.train_path={data(tmp_path)}", "--set", f"task.reward={reward}", *QUICK, *extra,
+               "--output", str(run)])
+    return rc, run
+
+
+def steps(run: Path) -> list[dict]:
+    return [m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if m["step"] > 0]
+
+
+def answers(run: Path, step: int) -> list[dict]:
+    lines = (run / "samples" / f"step-{step:06d}.jsonl").read_text().splitlines()
+    return [{**a, "solution": row["answer"]} for row in map(json.loads, lines) for a in row["answers"]]
+
+
+def function_key(key: str) -> bool:
+    """``agent/<id>/reward/<function>`` (agent ids hold no '/')."""
+    return key.startswith("agent/") and key.count("/") == 3 and key.split("/")[2] == "reward"
+
+
+PAIR = f"[{REWARDS}:accuracy, {REWARDS}:brevity]"
+
+
+def test_weighted_rewards_log_each_functions_mean_per_agent(tmp_path):
+    accuracy, brevity = get_reward(f"{REWARDS}:accuracy"), get_reward(f"{REWARDS}:brevity")
+    rc, run = train(tmp_path, "pair", PAIR, "--set", "task.reward_weights=[1.0, 0.5]", "-q")
+    assert rc == 0
+    for line in steps(run):
+        for agent in ("qwen-char", "llama-bpe"):
+            own = [a for a in answers(run, line["step"]) if a["agent"] == agent]  # every answer of the step
+            right = accuracy([a["text"] for a in own], [a["solution"] for a in own])
+            short = [b for b in (brevity(a["text"], {}) for a in own) if b is not None]
+            assert line[f"agent/{agent}/reward/accuracy"] == pytest.approx(sum(right) / len(right))
+            if short:
+                assert line[f"agent/{agent}/reward/brevity"] == pytest.approx(sum(short) / len(short))
+            assert line[f"agent/{agent}/reward"] == pytest.approx(
+                sum(a["reward"] for a in own if a["reward"] is not None) / sum(a["reward"] is not None for a in own))
+
+
+def test_the_per_function_metrics_leave_the_training_as_it_was(tmp_path):
+    """The weighted pair trains exactly as one reward computing the same sum by hand: the same rewards to the bit,
+    the same losses and evaluations; a single reward gets no per-function key."""
+    _, pair = train(tmp_path, "pair", PAIR, "--set", "task.reward_weights=[1.0, 0.5]", "-q")
+    _, single = train(tmp_path, "single", f"{REWARDS}:weighted_by_hand", "-q")
+
+    def comparable(line: dict) -> dict:  # what the runs share: all but the clock and the per-function means
+        return {k: v for k, v in line.items() if not k.startswith("timing/") and not function_key(k)}
+
+    assert not any(function_key(k) for line in steps(single) for k in line)
+    assert len(steps(single)) == 2 and [comparable(m) for m in steps(pair)] == [comparable(m) for m in steps(single)]
+    for step in (1, 2):
+        assert [a["reward"] for a in answers(pair, step)] == [a["reward"] for a in answers(single, step)]
+    assert (pair / "eval.jsonl").read_text() == (single / "eval.jsonl").read_text()
