@@ -1,11 +1,13 @@
 """What `hacrl train` logs and prints, as a TRL user expects it (issue 59, item 3), with the tiny models:
 
 - several weighted rewards: each function's mean per agent and step (``agent/<id>/reward/<name>``, TRL's
-  ``rewards/<name>/mean``) beside the weighted sum, and the training itself unchanged by them."""
+  ``rewards/<name>/mean``) beside the weighted sum, and the training itself unchanged by them;
+- a line per phase that runs long (none for a quick step), none with ``-q``."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,33 @@ def test_the_per_function_metrics_leave_the_training_as_it_was(tmp_path):
     for step in (1, 2):
         assert [a["reward"] for a in answers(pair, step)] == [a["reward"] for a in answers(single, step)]
     assert (pair / "eval.jsonl").read_text() == (single / "eval.jsonl").read_text()
+
+
+def test_a_long_phase_gets_a_line_a_quick_step_none(tmp_path, capsys, monkeypatch):
+    from hacrl.cli import train as train_cli
+    from hacrl.trainer.trainer import Trainer
+
+    rc, _ = train(tmp_path, "quick", PAIR)  # every phase well under the threshold: the step lines as before
+    err = capsys.readouterr().err
+    assert rc == 0 and [line.split("  ")[0] for line in err.splitlines() if line.startswith("step ")] == \
+        ["step 1/2", "step 2/2"]
+    assert not [line for line in err.splitlines() if line.startswith("  step ")]
+
+    check = Trainer._validation_check
+
+    def slow_check(self):  # a validation phase of 1 s: 5 times the update's, the slowest phase of the tiny run
+        time.sleep(1.0)
+        return check(self)
+
+    monkeypatch.setattr(Trainer, "_validation_check", slow_check)
+    monkeypatch.setattr(train_cli, "PHASE_LINE_S", 0.8)
+    rc, _ = train(tmp_path, "slow", PAIR)
+    lines = capsys.readouterr().err.splitlines()
+    phase_lines = [line for line in lines if line.startswith("  step ")]
+    assert rc == 0 and [line.rsplit(" ", 2)[0] for line in phase_lines] == ["  step 1: validation",
+                                                                             "  step 2: validation"]
+    assert all(1.0 <= float(line.split()[-2]) < 5 and line.endswith(" s") for line in phase_lines)
+    assert lines.index(phase_lines[0]) < next(i for i, line in enumerate(lines) if line.startswith("step 1/2"))
+
+    rc, _ = train(tmp_path, "slow-quiet", PAIR, "-q")  # -q: no line per step, none per phase
+    assert rc == 0 and "step " not in capsys.readouterr().err

@@ -216,7 +216,7 @@ def _train_locked(args: Launch, cfg: Config, run_dir: Path, created: bool) -> Tr
     _print_agents(trainer)
     try:
         with _Progress(trainer, enabled=not args.quiet) as progress:
-            result = trainer.train(progress=progress.update)
+            result = trainer.train(progress=progress.update, phase_progress=progress.phase)
     except (AgentFailure, TrainingDiverged) as exc:
         last = latest_checkpoint(run_dir / "checkpoints")
         if last is None and fresh:
@@ -328,8 +328,15 @@ def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
     print(f"hacrl: metrics in {run_dir / 'metrics.jsonl'}, checkpoint {result['checkpoint']}")
 
 
+#: a phase (rollout, reward, update, eval, ...) that takes this long gets a line of its own as it ends, so a long
+#: step shows where it is; quicker ones print nothing (a tiny CPU run's phases take well under a second: its output
+#: is the step lines alone, as before)
+PHASE_LINE_S = 30.0
+
+
 class _Progress:
-    """A rich progress bar: step, per-agent reward, ETA. Plain log lines when not on a terminal."""
+    """A rich progress bar: step, per-agent reward, ETA. Plain log lines when not on a terminal. A phase of
+    ``PHASE_LINE_S`` seconds or more: a line as it ends (above the bar on a terminal). Nothing with ``-q``."""
 
     def __init__(self, trainer: Any, enabled: bool) -> None:
         self.trainer = trainer
@@ -358,6 +365,17 @@ class _Progress:
             step_time = sum(phase_times(metrics).values())
             print(f"step {step}/{self.trainer.cfg.trainer.steps}  reward {rewards}  ({step_time:.1f}s)",
                   file=sys.stderr, flush=True)
+
+    def phase(self, step: int, name: str, seconds: float) -> None:
+        """``  step 12: rollout 41.3 s`` for a phase of step ``step`` (0: the evaluation before the first) that
+        took ``PHASE_LINE_S`` or more."""
+        if not self.enabled or seconds < PHASE_LINE_S:
+            return
+        line = f"  step {step}: {name} {seconds:.1f} s"
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:

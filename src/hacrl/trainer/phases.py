@@ -39,13 +39,18 @@ Score = Callable[[list[str], list[Problem]], ScoreResult]
 
 # ---- timings --------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def timed(timings: dict[str, float], name: str) -> Iterator[None]:
-    """Add the seconds the block took to ``timings["timing/<name>"]``."""
+def timed(timings: dict[str, float], name: str, report: Callable[[str, float], None] | None = None
+          ) -> Iterator[None]:
+    """Add the seconds the block took to ``timings["timing/<name>"]``; then, unless it raised, ``report(name,
+    seconds)`` (the progress of a long step: ``hacrl train`` prints a line for a long phase)."""
     start = time.perf_counter()
     try:
         yield
     finally:
-        timings[f"timing/{name}"] = timings.get(f"timing/{name}", 0.0) + time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        timings[f"timing/{name}"] = timings.get(f"timing/{name}", 0.0) + seconds
+    if report is not None:
+        report(name, seconds)
 
 
 def sub_phase_timings(metrics: dict[str, float], agent_id: str) -> dict[str, float]:

@@ -16,6 +16,7 @@ Run it with ``hacrl train`` (see ``hacrl.cli``) or ``Trainer(cfg, run_dir).train
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -64,6 +65,7 @@ __all__ = ["StopRequests", "Trainer"]
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, dict[str, float]], None]  # called with each metrics line's step and metrics
+PhaseProgress = Callable[[int, str, float], None]  # called as each phase ends: its step (0: before the first), name, s
 
 
 class StopRequests:
@@ -157,6 +159,7 @@ class Trainer:
             raise
         self.stop = StopRequests()
         self._carried_timings: dict[str, float] = {}
+        self._phase_progress: PhaseProgress | None = None  # train()'s: each phase's seconds as it ends
 
     # ---- set-up ---------------------------------------------------------------------------------
     def score(self, texts: list[str], problems: list[Problem]) -> ScoreResult:
@@ -234,24 +237,32 @@ class Trainer:
             metrics.update(rollout_metrics(agent_id, m, timings))
         return [t for answers, _ in results for t in answers], metrics
 
+    def _timed(self, timings: dict[str, float], name: str, step: int | None = None
+               ) -> contextlib.AbstractContextManager[None]:
+        """``timed``, reporting the phase's seconds to ``train``'s ``phase_progress`` as it ends; ``step``: the
+        step it belongs to (default: the one running)."""
+        report = None if self._phase_progress is None else \
+            functools.partial(self._phase_progress, self.step_idx + 1 if step is None else step)
+        return timed(timings, name, report)
+
     def step(self) -> dict[str, float]:
         """One training step; returns its metrics."""
         timings: dict[str, float] = {}
         phases, n = self.phases, len(self.agent_ids)
-        with timed(timings, "data"):
+        with self._timed(timings, "data"):
             problems = self.data.take(self.cfg.trainer.batch_size)
-        with timed(timings, "rollout"):
+        with self._timed(timings, "rollout"):
             answers, rollout = self._rollout(problems, timings)
-        with timed(timings, "reward"):
+        with self._timed(timings, "reward"):
             pool, metrics = phases.score(problems, answers, step=self.step_idx + 1)
         metrics.update(rollout)
-        with timed(timings, "capability"):
+        with self._timed(timings, "capability"):
             rewards, sources = pool.rewards_and_sources()
             self.tracker.update(rewards, sources)
             capability_N, omega_NN = self.tracker.capability, self.tracker.omega_matrix()
-        with timed(timings, "validation"):
+        with self._timed(timings, "validation"):
             checks = self._validation_check()
-        with timed(timings, "update"):
+        with self._timed(timings, "update"):
             request = phases.update_request(pool, omega_NN, validation=checks)
             results = self.backend.call("update", [(request,)] * n)
         for i, loss_metrics in enumerate(results):
@@ -377,18 +388,22 @@ class Trainer:
             state, manifest, self.cfg.trainer.keep_last)
 
     # ---- the loops ------------------------------------------------------------------------------
-    def train(self, progress: Progress | None = None) -> dict[str, Any]:
+    def train(self, progress: Progress | None = None, phase_progress: PhaseProgress | None = None) -> dict[str, Any]:
         """Run until ``trainer.steps``; returns the evaluations before and after. ``trainer.mode=async``: every
         agent at its own pace (``hacrl.trainer.async_loop``), until the slowest has made ``trainer.steps`` updates.
         Both loops: SIGINT/SIGTERM finish the step (the cut), checkpoint and stop; config.yaml; the step-0
-        evaluation; the workers closed at the end."""
+        evaluation; the workers closed at the end. ``progress``: each metrics line; ``phase_progress``: each phase
+        (the lock-step loop's, the evaluations, the checkpoints) as it ends, with its seconds."""
+        self._phase_progress = phase_progress
         try:
             with self.stop.installed():
                 # the asynchronous loop's clock (its idle shares) starts before the step-0 evaluation
                 loop = self.async_loop() if self.cfg.trainer.mode == "async" else None
                 write_atomic(self.run_dir / "config.yaml", dump_config(self.cfg))  # failing, still closes the workers
                 if self.step_idx == 0:
-                    self.sink.log(0, self.evaluate_start())
+                    with self._timed({}, "eval", step=0):
+                        evaluation = self.evaluate_start()
+                    self.sink.log(0, evaluation)
                 last_eval, path = self._train_lockstep(progress) if loop is None else self._train_async(loop, progress)
         finally:
             self.close()
@@ -403,7 +418,7 @@ class Trainer:
             metrics = self.step()
             final = self.step_idx >= t.steps
             if final or (t.eval_every and self.step_idx % t.eval_every == 0):
-                with timed(metrics, "eval"):
+                with self._timed(metrics, "eval", step=self.step_idx):
                     evaluation = self.evaluate(budget=final)
                 metrics.update(evaluation)
                 last_eval = evaluation if final else None
@@ -414,7 +429,7 @@ class Trainer:
             if progress:
                 progress(self.step_idx, metrics)
             if t.checkpoint_every and self.step_idx % t.checkpoint_every == 0 and not final:
-                with timed(self._carried_timings, "checkpoint"):
+                with self._timed(self._carried_timings, "checkpoint", step=self.step_idx):
                     self.save_checkpoint()
         return last_eval, self.save_checkpoint()
 
@@ -450,7 +465,7 @@ class Trainer:
             final = slowest >= t.steps
             metrics: dict[str, float] = {}
             if final or (next_eval is not None and slowest >= next_eval):
-                with timed(metrics, "eval"):
+                with self._timed(metrics, "eval", step=self.step_idx):
                     evaluation = self.evaluate(budget=final)
                 metrics.update(evaluation)
                 last_eval = evaluation if final else None
