@@ -31,6 +31,7 @@ the committed pairs, drawn but not tabled), its y axis linear within ±0.05 and 
         [--also results/tiny-model-evidence ...]
     python bench/mechanism.py --rules results/mechanism/*/      # the decision rules of docs/results.md §12
     python bench/mechanism.py --curves results/mechanism/p1-rho1  # learning curves: means over seeds per step
+    python bench/mechanism.py --tally hacpo naive results/mechanism/*/  # where hacpo is ahead of / behind naive
 """
 
 from __future__ import annotations
@@ -637,6 +638,22 @@ def rules_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def tally(dirs: list[Path], algo: str, base: str) -> dict[str, list[tuple[str, str, float]]]:
+    """The agent-cells whose summary holds ``algo`` − ``base``, sorted by the reading of both intervals: ``ahead``
+    (both lower ends above 0), ``behind`` (both upper ends below 0), ``neither``; each as (cell, agent, Δ)."""
+    out: dict[str, list[tuple[str, str, float]]] = {"ahead": [], "behind": [], "neither": []}
+    for d in dirs:
+        for agent, res in read_summary(d)["results"].items():
+            vs = res.get(algo, {}).get("vs", {}).get(base)
+            if not vs or not vs.get("interval") or not vs.get("seed_interval"):
+                continue
+            boot, seed = vs["interval"], vs["seed_interval"]
+            key = ("ahead" if boot["lo"] > 0 and seed["lo"] > 0 else
+                   "behind" if boot["hi"] < 0 and seed["hi"] < 0 else "neither")
+            out[key].append((d.name, agent, vs["mean"]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dirs", nargs="+", type=Path, help="hacrl compare output directories (one per cell)")
@@ -648,7 +665,17 @@ def main(argv: list[str] | None = None) -> None:
                    help="print the decision rules' table (docs/results.md §12) instead of the measures")
     p.add_argument("--curves", action="store_true",
                    help="print each arm's learning curves (means over seeds at every evaluated step) instead")
+    p.add_argument("--tally", nargs=2, metavar=("ALGO", "BASE"),
+                   help="count the agent-cells where ALGO − BASE is ahead or behind by both intervals, instead")
     a = p.parse_args(argv)
+    if a.tally:
+        counts = tally(a.dirs, *a.tally)
+        print(f"{a.tally[0]} − {a.tally[1]} over {sum(map(len, counts.values()))} agent-cells: "
+              + "; ".join(f"{k} {len(v)}" for k, v in counts.items()))
+        for key in ("ahead", "behind"):
+            for cell, agent, delta in counts[key]:
+                print(f"  {key}: {cell} {agent} {delta:+.3f}")
+        return
     if a.rules:
         print(rules_table(rule_rows(a.dirs)))
         return

@@ -366,3 +366,20 @@ def test_curves_average_each_step_over_the_seeds_that_evaluated_it(mech, tmp_pat
     mech.main([str(cell), "--curves"])
     out = capsys.readouterr().out
     assert "| p1-rho1 | a | hacpo | 1/2 | 0 10 30 | 0.000 0.000 0.750 | – 0.500 0.500 |" in out
+
+
+def test_tally_sorts_agent_cells_by_both_intervals(mech, tmp_path):
+    # cell x: agent a ahead (both lower ends > 0), agent b behind (both upper ends < 0); cell y: a crosses 0
+    def vs(lo, hi, slo, shi, mean):
+        return {"naive": {"mean": mean, "interval": {"lo": lo, "hi": hi}, "seed_interval": {"lo": slo, "hi": shi}}}
+    cells = {"x": {"a": vs(0.01, 0.05, 0.02, 0.04, 0.03), "b": vs(-0.05, -0.01, -0.06, -0.02, -0.03)},
+             "y": {"a": vs(-0.01, 0.03, 0.001, 0.02, 0.01)}}
+    dirs = []
+    for name, agents in cells.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"results": {a: {"hacpo": {"vs": v}, "naive": {}}
+                                                                for a, v in agents.items()}}))
+        dirs.append(d)
+    out = mech.tally(dirs, "hacpo", "naive")
+    assert out == {"ahead": [("x", "a", 0.03)], "behind": [("x", "b", -0.03)], "neither": [("y", "a", 0.01)]}
