@@ -2,7 +2,8 @@
 
 - several weighted rewards: each function's mean per agent and step (``agent/<id>/reward/<name>``, TRL's
   ``rewards/<name>/mean``) beside the weighted sum, and the training itself unchanged by them;
-- a line per phase that runs long (none for a quick step), none with ``-q``."""
+- a line per phase that runs long (none for a quick step), none with ``-q``;
+- the end line says "reward", not "accuracy", when rewards fall outside [0, 1]."""
 
 from __future__ import annotations
 
@@ -114,3 +115,11 @@ def test_a_long_phase_gets_a_line_a_quick_step_none(tmp_path, capsys, monkeypatc
 
     rc, _ = train(tmp_path, "slow-quiet", PAIR, "-q")  # -q: no line per step, none per phase
     assert rc == 0 and "step " not in capsys.readouterr().err
+
+
+def test_rewards_outside_0_1_are_reported_as_rewards(tmp_path, capsys):
+    rc, _ = train(tmp_path, "doubled", f"{REWARDS}:doubled", "-q")
+    out = capsys.readouterr().out
+    assert rc == 0 and "; held-out mean greedy reward on " in out and "accuracy" not in out
+    rc, _ = train(tmp_path, "unit", f"{REWARDS}:accuracy", "-q")
+    assert rc == 0 and "; held-out greedy accuracy on " in capsys.readouterr().out

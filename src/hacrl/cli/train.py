@@ -320,7 +320,7 @@ def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
     first, last = result.get("first"), result.get("last")
     steps = trainer.step_idx
     print(f"hacrl: finished {steps} step{'' if steps == 1 else 's'} of {trainer.cfg.algorithm.name}; "
-          f"held-out greedy accuracy on {len(trainer.eval_problems)} {trainer.task.name} problems:")
+          f"held-out {_measure(trainer, run_dir)} on {len(trainer.eval_problems)} {trainer.task.name} problems:")
     for agent_id in trainer.agent_ids:
         key = eval_key(agent_id)
         print(f"  {agent_id:<20} before {_acc(first.get(key) if first else None)}  "
@@ -332,6 +332,17 @@ def _print_summary(trainer: Any, result: dict[str, Any], run_dir: Path) -> None:
 #: step shows where it is; quicker ones print nothing (a tiny CPU run's phases take well under a second: its output
 #: is the step lines alone, as before)
 PHASE_LINE_S = 30.0
+
+
+def _measure(trainer: Any, run_dir: Path) -> str:
+    """What the held-out number is: "mean greedy reward" when rewards fell outside [0, 1] (in training, or in the
+    held-out evaluations: a mean of them is no accuracy), else "greedy accuracy"."""
+    from hacrl.run.sinks import is_task_record, read_problem_evals
+    from hacrl.trainer.reward_checks import outside_unit
+
+    rewards = trainer.phases.warnings.saw_outside_unit or any(
+        outside_unit(r.get("reward") or []) for r in read_problem_evals(run_dir) if is_task_record(r))
+    return "mean greedy reward" if rewards else "greedy accuracy"
 
 
 class _Progress:

@@ -3,7 +3,8 @@
 - ``RewardWarnings``: every reward of a step is 0 for an agent (once per agent: a reward that never pays teaches
   nothing, and a reward that cannot read the answers as written looks just like that); rewards outside [0, 1]
   (once per run: the metrics called accuracy count answers with reward >= 1, and the held-out "greedy accuracy"
-  is the mean reward, so they read as rewards then);
+  is the mean reward, so they read as rewards then; ``hacrl train``'s last lines then say "mean greedy reward":
+  ``outside_unit``);
 - ``warn_if_batch_exceeds_data``: more prompts per step than the training set holds (each step repeats problems).
 
 Both loops (lock-step and asynchronous) see the scored answers in ``hacrl.trainer.phases.Phases.score``, which
@@ -13,11 +14,20 @@ calls ``RewardWarnings.check``. Tests: tests/trainer/test_reward_checks.py.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from hacrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
+
+
+def outside_unit(rewards: Iterable[float | None]) -> bool:
+    """Whether a reward (None: unscorable, left out) falls outside [0, 1]: a mean of them is then no accuracy.
+
+    >>> outside_unit([0.0, 1.0, None]), outside_unit([0.5, 2.0]), outside_unit([-0.5])
+    (False, True, True)
+    """
+    return any(r is not None and not 0.0 <= r <= 1.0 for r in rewards)
 
 
 class RewardWarnings:
@@ -26,10 +36,15 @@ class RewardWarnings:
     def __init__(self) -> None:
         self._said: set[str] = set()
 
+    @property
+    def saw_outside_unit(self) -> bool:
+        """Whether a scored reward of this run fell outside [0, 1] (warned about once)."""
+        return "range" in self._said
+
     def check(self, trajectories: Sequence[Trajectory], agent_ids: Sequence[str], step: int) -> None:
         """Warn about the scored rewards of step ``step`` (1-based); unscorable answers (None) are left out."""
         scored = [t.reward for t in trajectories if t.reward is not None]
-        if scored and (min(scored) < 0.0 or max(scored) > 1.0) and self._first("range"):
+        if outside_unit(scored) and self._first("range"):
             logger.warning("step %d: rewards outside [0, 1] (from %.4g to %.4g): 'accuracy' (agent/<id>/accuracy, "
                            "answers with reward >= 1) and the held-out greedy accuracy (the mean reward) then read "
                            "as rewards, not accuracies", step, min(scored), max(scored))
