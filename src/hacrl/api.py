@@ -23,6 +23,10 @@ What each argument becomes (a config, then the same start as ``hacrl train``: :f
   A ``datasets.Dataset`` or a list of dicts is written once as JSONL to ``<data_dir>/<train|eval>-<hash>.jsonl``
   (``data_dir`` default: ``.hacrl-data`` beside the run directory), so config.yaml names a file that
   ``hacrl eval --run`` reads again; a string is a path or hub name as ``task.train_path`` takes it.
+- ``args``: TRL's ``GRPOConfig`` keywords as a dict (``learning_rate``, ``lr_scheduler_type``, ``warmup_ratio``,
+  ``num_train_epochs``, ``per_device_train_batch_size``, ...), as :mod:`hacrl.config.trl_args` maps them: the
+  per-model ones on every agent (under an agent dict's own fields), ``output_dir`` and ``reward_weights`` as
+  the arguments of those names; another TRL name is a one-line error naming hacrl's key.
 - ``preset``, ``config`` (a YAML path or a dict) and ``overrides`` (``{"trainer.steps": 2}`` or
   ``["trainer.steps=2"]``) layer as ``--preset``, ``--config`` and ``--set`` do; the arguments above go
   between the config and the overrides.
@@ -48,7 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hacrl.config import Config, ConfigError, load_config
+from hacrl.config import Config, ConfigError, RolloutConfig, load_config
+from hacrl.config.trl_args import TRLSettings, trl_settings
 
 __all__ = ["HACRLTrainer", "TrainResult", "TrainingFailed", "train"]
 
@@ -82,7 +87,7 @@ class HACRLTrainer:
                  config: str | Path | Mapping[str, Any] | None = None,
                  overrides: Mapping[str, Any] | Sequence[str] | None = None, output_dir: str | Path | None = None,
                  data_dir: str | Path | None = None, overwrite: bool = False, resume: bool = False,
-                 quiet: bool = True) -> None:
+                 quiet: bool = True, args: Mapping[str, Any] | None = None) -> None:
         import yaml
 
         from hacrl.config.load import apply_override, merge_trees, preset_text
@@ -94,6 +99,10 @@ class HACRLTrainer:
             tree = merge_trees(tree, mine)
         sets = [f"{k}={json.dumps(v, default=str)}" for k, v in overrides.items()] if isinstance(overrides, Mapping) \
             else list(overrides or [])
+        trl = _trl_args(args, tree, sets)  # TRL's GRPOConfig names, under the overrides
+        tree = merge_trees(tree, trl.tree)
+        output_dir = _given_once("output_dir", output_dir, trl.output_dir)
+        reward_weights = _given_once("reward_weights", reward_weights, trl.reward_weights)
         if output_dir is not None:
             self.run_dir = Path(output_dir)
         else:  # as hacrl train names it: <run.output_dir>/<run.name or python-<algorithm>-<time>>
@@ -121,7 +130,9 @@ class HACRLTrainer:
         if task:
             tree = merge_trees(tree, {"task": task})
         if models is not None:
-            tree["agents"] = self._agents(models, tree.get("agents") or [])
+            tree["agents"] = self._agents(models, tree.get("agents") or [], trl.agent)
+        elif trl.agent:
+            tree["agents"] = [{**a, **trl.agent} for a in tree.get("agents") or []]
         self.config = _load(tree, sets)
         self.overwrite, self.resume, self.quiet = overwrite, resume, quiet
 
@@ -180,19 +191,23 @@ class HACRLTrainer:
             tmp.replace(path)
         return str(path.resolve())
 
-    def _agents(self, models: Sequence[Any], preset_agents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _agents(self, models: Sequence[Any], preset_agents: list[dict[str, Any]],
+                common: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``agents`` from ``models``, each with the ``common`` fields (``args``' learning rate, schedule, ...):
+        over a preset agent's, under those an agent's dict gives."""
         if isinstance(models, (str, Mapping)) or hasattr(models, "save_pretrained"):
             models = [models]
         by_model = {a.get("model"): a for a in preset_agents if isinstance(a, dict)}
         out: list[dict[str, Any]] = []
         for item in models:
             if isinstance(item, Mapping):
-                agent = dict(item)
+                agent = {**common, **item}
                 agent.setdefault("id", _agent_id(str(agent.get("model", "agent")), out))
             elif isinstance(item, (str, Path)):
-                agent = dict(by_model.get(str(item)) or {"id": _agent_id(str(item), out), "model": str(item)})
+                agent = {**(by_model.get(str(item)) or {"id": _agent_id(str(item), out), "model": str(item)}),
+                         **common}
             else:
-                agent = self._loaded_model(item, out)
+                agent = {**self._loaded_model(item, out), **common}
             if any(a["id"] == agent["id"] for a in out):
                 agent["id"] = _agent_id(agent["id"], out)
             out.append(agent)
@@ -225,6 +240,29 @@ def train(models: Sequence[Any] | None = None,
           **kwargs: Any) -> TrainResult:
     """``HACRLTrainer(models, reward_funcs, **kwargs).train()``."""
     return HACRLTrainer(models, reward_funcs, **kwargs).train()
+
+
+def _trl_args(args: Mapping[str, Any] | None, tree: dict[str, Any], sets: list[str]) -> TRLSettings:
+    """``args`` (TRL's GRPOConfig names) as hacrl's values (:func:`hacrl.config.trl_args.trl_settings`), G from
+    the config with the overrides when ``args`` has no num_generations."""
+    from hacrl.config.load import apply_override
+
+    if not args:
+        return TRLSettings()
+    if not isinstance(args, Mapping):
+        raise ConfigError(f"args: {type(args).__name__} is not a mapping; give TRL's GRPOConfig keywords as a dict, "
+                          f"args=dict(learning_rate=1e-6, ...)")
+    probe = copy.deepcopy(tree)
+    for assignment in sets:
+        apply_override(probe, assignment)
+    default = RolloutConfig.model_fields["rollouts_per_prompt"].default
+    return trl_settings(args, rollouts_per_prompt=(probe.get("rollout") or {}).get("rollouts_per_prompt", default))
+
+
+def _given_once(name: str, given: Any, from_args: Any) -> Any:
+    if given is not None and from_args is not None:
+        raise ConfigError(f"{name} is given twice (the {name} argument and args[{name!r}]); give one")
+    return given if given is not None else from_args
 
 
 def _reward_spec(fn: str | Callable[..., Any]) -> str:
