@@ -3,6 +3,7 @@ out, through the same start as `hacrl train`; callables without a spec reach the
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -147,6 +148,67 @@ def test_the_trl_style_example_runs(tmp_path):
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
     assert lines[-1] == f"run directory: {tmp_path / 'run'}" and "held-out accuracy" in lines[-2]
+
+
+@pytest.mark.model
+def test_the_trl_docs_script_trains_with_a_schedule_two_weighted_rewards_and_exports(tmp_path):
+    """examples/trl_docs_script.py, TRL's documented script with only its models changed: its cosine schedule
+    with warm-up gives transformers' rates at every step, both weighted rewards score every answer, and the
+    exported folders load with from_pretrained."""
+    import importlib.util
+    import math
+    import subprocess
+    import sys
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "trl_docs_script.py"
+    run = tmp_path / "run"
+    res = subprocess.run([sys.executable, str(example), "--num_train_epochs", "0.1", "--output_dir", str(run)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    steps = cfg["trainer"]["steps"]
+    assert steps == math.ceil(0.1 * 160 / (16 // 4))  # TRL's count: epochs × problems / prompts a step
+
+    # the schedule: transformers' cosine with ⌈0.1 × steps⌉ warm-up steps, stepped once per step
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=cfg["agents"][0]["lr"])
+    scheduler = get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=math.ceil(0.1 * steps),
+                                                num_training_steps=steps)
+    expected = []
+    for _ in range(steps):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for agent in ("qwen-char", "llama-bpe"):
+        assert [m[f"agent/{agent}/lr"] for m in metrics if m["step"] > 0] == expected
+
+    # both rewards: every sampled answer's reward is their weighted sum on its text, and each term counts
+    spec = importlib.util.spec_from_file_location("trl_docs_script_under_test", example)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    terms = []
+    for path in sorted((run / "samples").glob("step-*.jsonl")):
+        for line in path.read_text().splitlines():
+            sample = json.loads(line)
+            for answer in sample["answers"]:
+                length = 0.1 * script.reward_len([answer["text"]])[0]
+                digits = 1.0 * script.reward_digits([answer["text"]], ground_truth=[sample["answer"]])[0]
+                assert answer["reward"] == pytest.approx(length + digits), (answer, sample["answer"])
+                terms.append((length, digits))
+    assert any(length for length, _ in terms) and any(digits for _, digits in terms), terms
+
+    # the export: one plain Hugging Face folder per agent, no optimizer or scheduler state
+    folders = [Path(line.removeprefix("exported: ")) for line in res.stdout.splitlines()
+               if line.startswith("exported: ")]
+    assert [f.name for f in folders] == ["qwen-char", "llama-bpe"]
+    for folder in folders:
+        assert not list(folder.glob("*.pt"))
+        AutoModelForCausalLM.from_pretrained(folder)
+        AutoTokenizer.from_pretrained(folder)
 
 
 @pytest.mark.slow  # about 35 s on 2 shared cores: a local Ray instance starts
