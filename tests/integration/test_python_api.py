@@ -200,6 +200,9 @@ def test_the_trl_docs_script_trains_with_a_schedule_two_weighted_rewards_and_exp
                 assert answer["reward"] == pytest.approx(length + digits), (answer, sample["answer"])
                 terms.append((length, digits))
     assert any(length for length, _ in terms) and any(digits for _, digits in terms), terms
+    for agent in ("qwen-char", "llama-bpe"):  # and each function's own mean is logged, as TRL's rewards/<name>
+        assert all({f"agent/{agent}/reward/reward_len", f"agent/{agent}/reward/reward_digits"} <= set(m)
+                   for m in metrics if m["step"] > 0)
 
     # the export: one plain Hugging Face folder per agent, no optimizer or scheduler state
     folders = [Path(line.removeprefix("exported: ")) for line in res.stdout.splitlines()
