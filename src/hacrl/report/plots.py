@@ -10,7 +10,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from hacrl.report.reading import partner_starts
+from hacrl.report.reading import held_out_measure, partner_starts
 from hacrl.run.files import write_atomic
 
 
@@ -53,7 +53,7 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
         draw_curves(axes[0], per_algo, algos, colors, labels=labels, references=refs)
         draw_curves(axes[1], per_algo, algos, colors, x="answers", xlabel=f"answers {agent} generated in training",
                     labels=labels, references=refs)
-        axes[0].set_ylabel("held-out greedy accuracy")
+        axes[0].set_ylabel(f"held-out {held_out_measure(summary, 'greedy accuracy')}")
         axes[0].legend()
         fig.suptitle(f"{agent}: mean over {n_seeds} seed{'s' if n_seeds != 1 else ''}"
                      + (" (band ± sd)" if n_seeds > 1 else ""), fontsize=10)

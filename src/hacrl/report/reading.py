@@ -176,8 +176,8 @@ def automatic_reading(summary: dict[str, Any]) -> list[str]:
     all_same = all(len({round(r["final"]["mean"], 9) for r in per_algo.values()
                         if r["final"]["mean"] is not None}) <= 1 for per_algo in results.values())
     if all_same and len(summary["algorithms"]) > 1:
-        paragraphs.append("Every algorithm ended at the same held-out accuracy for every agent: the runs "
-                          "were too short (or the evaluation too small) to tell the algorithms apart.")
+        paragraphs.append(f"Every algorithm ended at the same held-out {held_out_measure(summary)} for every agent: "
+                          "the runs were too short (or the evaluation too small) to tell the algorithms apart.")
     elif baselines:
         paragraphs.append(_accuracy_reading(summary))
     elif len(summary["algorithms"]) > 1:
@@ -249,6 +249,16 @@ def _omega_reading(algo: str, diag: dict[str, Any]) -> list[str]:
             f"{factor:.1f}× as capable as {behind}, so {behind} {uses}.")]
 
 
+def held_out_measure(summary: dict[str, Any], accuracy: str = "accuracy") -> str:
+    """The held-out number's name in the report: ``accuracy`` (or the phrase given), or "mean greedy reward" when
+    the runs' held-out rewards fell outside [0, 1] (``rewards_outside_unit``): a mean of them is no accuracy.
+
+    >>> held_out_measure({}), held_out_measure({"rewards_outside_unit": True}, "greedy accuracy")
+    ('accuracy', 'mean greedy reward')
+    """
+    return "mean greedy reward" if summary.get("rewards_outside_unit") else accuracy
+
+
 def _accuracy_reading(summary: dict[str, Any]) -> str:
     """The paragraph on the final accuracy differences: every Δ with its intervals (or only its t-test where
     the runs have no per-problem records); a gain or a loss is stated only where both the bootstrap and the
@@ -292,7 +302,7 @@ def _accuracy_reading(summary: dict[str, Any]) -> str:
     if not clauses:
         return ""
     intervals = any(claims[key] for key in ("gain", "loss", "≈", "problems only", "seeds only", "indicative"))
-    text = (f"Final accuracy against {' and '.join(baselines)}, paired by seed"
+    text = (f"Final {held_out_measure(summary)} against {' and '.join(baselines)}, paired by seed"
             f"{' and problem' if intervals else ''} over {n} seed{'s' if n != 1 else ''}. "
             + ". ".join(clauses) + ". ")
     if not summary.get("runs_with_problem_records"):  # runs from before per-problem records: as they were

@@ -14,7 +14,7 @@ from hacrl.report.answers import render_answer_quality
 from hacrl.report.pace import render_pace
 from hacrl.report.plots import finished_seeds
 from hacrl.report.provenance import provenance_warning, render_provenance
-from hacrl.report.reading import MIN_SEEDS, missing_baselines
+from hacrl.report.reading import MIN_SEEDS, held_out_measure, missing_baselines
 
 METHOD_DOC = "docs/compare.md in the hacrl repository (“What it writes”)"  # where the method text lives
 
@@ -86,7 +86,8 @@ def answer_table(s: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     n = len(s["seeds"])
-    lines = [(f"Final held-out accuracy at step {s['steps']}, each algorithm minus each baseline, paired by seed"
+    lines = [(f"Final held-out {held_out_measure(s)} at step {s['steps']}, each algorithm minus each baseline, "
+              f"paired by seed"
               f"{' and problem' if _has_intervals(s) else ''} over {n} seed{'s' if n != 1 else ''}:"), "",
              ("| agent | algorithm | vs | measure | Δ | 95% interval (seeds × problems) | 95% t-interval (seeds) "
               "| reading | t-test p (seeds) | pairs (seeds × problems) |"),
@@ -224,7 +225,8 @@ def _plots_section(s: dict[str, Any]) -> list[str]:
     for agent in s["results"]:
         if f"plots/curve-{agent}.png" in plots:
             lines += [f"![{agent} learning curves](plots/curve-{agent}.png)", "",
-                      (f"{agent}: held-out greedy accuracy, mean over {n} seed{'s' if n != 1 else ''}"
+                      (f"{agent}: held-out {held_out_measure(s, 'greedy accuracy')}, mean over {n} "
+                       f"seed{'s' if n != 1 else ''}"
                        f"{' (band: ± sd)' if n > 1 else ''}, against the training step (left) and against the "
                        f"answers {agent} generated in training (right)."), ""]
     for name, title in (("omega.png", "ω over time"),
@@ -236,7 +238,7 @@ def _plots_section(s: dict[str, Any]) -> list[str]:
 
 def _accuracy_section(s: dict[str, Any]) -> list[str]:
     intervals = _has_intervals(s)
-    lines = ["## Held-out accuracy", ""]
+    lines = [f"## Held-out {held_out_measure(s)}", ""]
     for agent, per_algo in s["results"].items():
         lines += [f"### {agent}", ""]
         lines += _accuracy_table(s, per_algo, intervals)

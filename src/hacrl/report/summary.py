@@ -33,6 +33,7 @@ from hacrl.report.stats import (
     seed_t_interval,
 )
 from hacrl.run.sinks import phase_times
+from hacrl.trainer.reward_checks import outside_unit
 
 # ---- per-step values over runs ----------------------------------------------------------------------
 
@@ -110,6 +111,7 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
     summary["interval_method"] = INTERVAL_METHOD
     summary["seed_interval_method"] = SEED_INTERVAL_METHOD
     summary["runs_with_problem_records"] = sum(bool(d.problems) for d in data)
+    summary["rewards_outside_unit"] = any(_rewards_outside_unit(d) for d in data)  # the report then says "reward"
     summary["answer"] = answer_rows(summary)
     summary["answer_quality"] = answer_quality(outcomes, agent_ids, algos, baselines, seeds, steps, t.eval_budget)
     summary["pace"] = pace_summary(by_algo, agent_ids)  # idle share, updates/hour, staleness, answers used
@@ -121,6 +123,13 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
     summary["provenance"] = provenance_summary(outcomes)  # commits, libraries, devices; who differs
     summary["reading"] = automatic_reading(summary)
     return summary
+
+
+def _rewards_outside_unit(d: RunData) -> bool:
+    """Whether a held-out reward of the run (a problem's greedy reward or mean sampled one; without per-problem
+    records, an evaluation's mean) falls outside [0, 1]."""
+    per_problem = (v for rec in d.problems.values() for part in rec.values() for v in part.values())
+    return outside_unit(per_problem) or outside_unit(d.evals.values())
 
 
 def _run_row(d: RunData, o: RunOutcome, agent_ids: list[str], steps: int) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 - ``RewardWarnings``: every reward of a step is 0 for an agent (once per agent: a reward that never pays teaches
   nothing, and a reward that cannot read the answers as written looks just like that); rewards outside [0, 1]
   (once per run: the metrics called accuracy count answers with reward >= 1, and the held-out "greedy accuracy"
-  is the mean reward, so they read as rewards then; ``hacrl train``'s last lines then say "mean greedy reward":
-  ``outside_unit``);
+  is the mean reward, so they read as rewards then; ``hacrl train``'s last lines then say "mean greedy reward",
+  as does ``hacrl compare``'s report: ``outside_unit``);
 - ``warn_if_batch_exceeds_data``: more prompts per step than the training set holds (each step repeats problems).
 
 Both loops (lock-step and asynchronous) see the scored answers in ``hacrl.trainer.phases.Phases.score``, which
