@@ -1,6 +1,6 @@
 """Where metrics go: a JSONL file (always), TensorBoard event files (if installed), or nothing; and how
 they read back: the evaluation keys, a step's phase times, metrics.jsonl, eval.jsonl and
-eval_problems.jsonl records.
+eval_problems.jsonl records (from a compacted comparison's records.parquet where the files went there).
 
 Each sink takes flat ``{namespaced/key: number}`` dicts once per step.
 """
@@ -151,9 +151,14 @@ def phase_times(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of metrics.jsonl or eval.jsonl (each has a ``step``); a line cut short by a kill is skipped."""
+    """The records of metrics.jsonl or eval.jsonl (each has a ``step``); a line cut short by a kill is skipped.
+    A run's file that ``hacrl compare --compact`` moved into its comparison's records.parquet is read from there
+    (:mod:`hacrl.run.records`): the same records, in the same order."""
     if not path.is_file():
-        return []
+        from hacrl.run.records import compacted_lines  # pyarrow only for a compacted run
+
+        lines = compacted_lines(path)
+        return [r for r in lines or [] if isinstance(r, dict) and "step" in r]
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
