@@ -3,6 +3,7 @@
     hacrl compare [--preset NAME | --config FILE] [--algos hacpo,gspo,gspo2x] [--seeds 3]
                   [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [--jobs N [--jobs-backend local|ray]]
                   [--dry-run | --report-only] [-q]
+    hacrl compare --compact DIR [DIR ...] [--dry-run]
 
 Wired into ``hacrl.cli`` with ``add_compare_parser(sub)`` and a dispatch on ``args.command == "compare"``.
 """
@@ -53,6 +54,10 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                    help="write the report from the finished runs among those selected and train nothing (the "
                         "others are named and left out: a report while other runs of the comparison train)")
     c.add_argument("-q", "--quiet", action="store_true", help="no per-step lines, only one line per run")
+    c.add_argument("--compact", nargs="+", type=Path, metavar="DIR",
+                   help="instead of training: move the finished runs' metrics and evaluation records of each "
+                        "comparison DIR into DIR/records.parquet (verified before anything is removed) and keep "
+                        "only their small files and a samples excerpt; with --dry-run, say what would go")
     return c
 
 
@@ -71,6 +76,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from hacrl.report.compare import parse_algos, parse_seeds, run_comparison
     from hacrl.run.files import as_disk_full
 
+    if args.compact:
+        return _compact(args.compact, args.dry_run, args.report_only)
     algos = parse_algos(args.algos)
     seeds = parse_seeds(args.seeds)
     name = args.preset or (Path(args.config).stem if args.config else "tiny-model")
@@ -112,6 +119,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if report is not None:
         _print_answer(report.parent / "summary.json")
         print(f"hacrl: report in {report}")
+    return 0
+
+
+def _compact(dirs: list[Path], dry_run: bool, report_only: bool) -> int:
+    """``--compact DIR ...``: each comparison's records into its records.parquet (hacrl.report.compact)."""
+    from hacrl.errors import DiskFull, InputError
+    from hacrl.report.compact import compact
+
+    if report_only:
+        raise InputError("--compact and --report-only: give one (a compacted comparison still reports: run "
+                         "--report-only before or after --compact)")
+    for d in dirs:
+        try:
+            compact(d, log=lambda text: print(text, flush=True), dry_run=dry_run)
+        except DiskFull as exc:
+            print(f"hacrl: error: {exc.describe()}; free space, then run the same command again (nothing of "
+                  f"{d} was removed)", file=sys.stderr)
+            return 2
     return 0
 
 
