@@ -640,9 +640,12 @@ def rules_table(rows: list[dict[str, Any]]) -> str:
 
 def tally(dirs: list[Path], algo: str, base: str) -> dict[str, list[tuple[str, str, float]]]:
     """The agent-cells whose summary holds ``algo`` − ``base``, sorted by the reading of both intervals: ``ahead``
-    (both lower ends above 0), ``behind`` (both upper ends below 0), ``neither``; each as (cell, agent, Δ)."""
+    (both lower ends above 0), ``behind`` (both upper ends below 0), ``neither``; each as (cell, agent, Δ). A
+    directory without a summary.json (a pre-flight's) is left out."""
     out: dict[str, list[tuple[str, str, float]]] = {"ahead": [], "behind": [], "neither": []}
     for d in dirs:
+        if not (d / "summary.json").is_file():  # a pre-flight folder, not a comparison
+            continue
         for agent, res in read_summary(d)["results"].items():
             vs = res.get(algo, {}).get("vs", {}).get(base)
             if not vs or not vs.get("interval") or not vs.get("seed_interval"):

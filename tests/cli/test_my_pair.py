@@ -60,9 +60,12 @@ def test_the_example_trains_two_steps_with_the_tiny_models_swapped_in(tmp_path, 
     stdout = capsys.readouterr().out
     assert rc == 0, stdout
     # a dataset task without task.name is named after its folder (the file is only "train"), everywhere
-    assert "finished 2 steps of hacpo; held-out greedy accuracy on 4 gsm8k-mini problems:" in stdout
+    assert "finished 2 steps of trust; held-out greedy accuracy on 4 gsm8k-mini problems:" in stdout
     saved = yaml.safe_load((out / "config.yaml").read_text())
-    assert saved["task"]["name"] == "gsm8k-mini" and saved["algorithm"]["cross_window"] == "adaptive"
-    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert saved["task"]["name"] == "gsm8k-mini" and saved["algorithm"]["name"] == "trust"
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [0, 1, 2]
+    # trust's first validation check ran on the training rows (the slice: as many as the file holds, up to 256)
+    assert "agent/qwen3/val/acc" in lines[1] and "agent/qwen3/trust/llama" in lines[2]
     # gradient checkpointing is on in the example: no transformers FutureWarning about it
     assert not [w for w in caught if issubclass(w.category, FutureWarning) and "checkpointing" in str(w.message)]
