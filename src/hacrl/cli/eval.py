@@ -105,7 +105,7 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, Any]],
     from hacrl.backends.devices import check_device
     from hacrl.backends.resolve import resolve_model_path
     from hacrl.config import AgentSpec
-    from hacrl.run.checkpoint import read_manifest, usable_checkpoint
+    from hacrl.run.checkpoint import passed_over, read_manifest, unusable_why, usable_checkpoint
 
     models: list[tuple[str, Path, AgentSpec]] = []
     run_cfg = None
@@ -115,11 +115,10 @@ def _eval_models(args: argparse.Namespace) -> tuple[list[tuple[str, Path, Any]],
             raise ConfigError(f"--run {run}: no such directory; give a run directory (hacrl train --output)")
         found, damaged = usable_checkpoint(run / "checkpoints")
         if found is None:
-            why = f"no intact checkpoint ({damaged[0][0].name}: {damaged[0][1]})" if damaged else "no complete checkpoint"
+            why = unusable_why(damaged, "no complete checkpoint")
             raise ConfigError(f"--run {run}: {why} under {run / 'checkpoints'}; evaluate a run that saved one")
-        for path, problem in damaged:
-            print(f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); evaluating {found.name}",
-                  file=sys.stderr)
+        for line in passed_over(damaged, found, "evaluating"):
+            print(line, file=sys.stderr)
         run_cfg = _run_config(run)
         step, steps = read_manifest(found).get("step"), run_cfg["trainer"]["steps"]
         print(f"eval: --run {run}: the latest intact checkpoint, {found.name} (step {step} of {steps}"

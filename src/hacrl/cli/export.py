@@ -97,17 +97,22 @@ def _run_config(run: Path) -> dict[str, Any]:
 
 def _checkpoint(run: Path, step: int | None) -> Path:
     """The checkpoint to export: ``step``'s, or the newest intact one; one line naming what there is otherwise."""
-    from hacrl.run.checkpoint import complete_checkpoints, usable_checkpoint, verify_checkpoint
+    from hacrl.run.checkpoint import (
+        complete_checkpoints,
+        passed_over,
+        unusable_why,
+        usable_checkpoint,
+        verify_checkpoint,
+    )
 
     root = run / "checkpoints"
     if step is None:
         found, damaged = usable_checkpoint(root)
         if found is None:
-            why = f"no intact checkpoint ({damaged[0][0].name}: {damaged[0][1]})" if damaged else "no checkpoint"
-            raise InputError(f"export: {run}: {why} under {root}; export a run that saved one")
-        for path, problem in damaged:
-            print(f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); exporting {found.name}",
-                  file=sys.stderr)
+            raise InputError(f"export: {run}: {unusable_why(damaged, 'no checkpoint')} under {root}; export a run "
+                             "that saved one")
+        for line in passed_over(damaged, found, "exporting"):
+            print(line, file=sys.stderr)
         return found
     chosen = [p for p in complete_checkpoints(root) if int(p.name.split("-")[1]) == step]
     if not chosen:

@@ -80,7 +80,7 @@ def _train_config(args: argparse.Namespace) -> Config:
 def _resolve_resume(args: Launch, run_dir: Path) -> Path | None:
     """The checkpoint to resume from: the one given, or the newest intact one (a damaged newer one is
     passed over with a warning); none usable is one line naming the command that starts over."""
-    from hacrl.run.checkpoint import MANIFEST, usable_checkpoint, verify_checkpoint
+    from hacrl.run.checkpoint import MANIFEST, passed_over, unusable_why, usable_checkpoint, verify_checkpoint
 
     if not args.resume:
         return None
@@ -100,12 +100,10 @@ def _resolve_resume(args: Launch, run_dir: Path) -> Path | None:
     found, damaged = usable_checkpoint(run_dir / "checkpoints")
     if found is None:
         refuse_foreign(run_dir)
-        why = f"no intact checkpoint ({damaged[0][0].name}: {damaged[0][1]})" if damaged else \
-            "no complete checkpoint (the run stopped before its first)"
+        why = unusable_why(damaged, "no complete checkpoint (the run stopped before its first)")
         raise ConfigError(f"--resume: {run_dir} has {why}; start over with: {args.command(run_dir, '--overwrite')}")
-    for path, problem in damaged:
-        print(f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); resuming from {found.name}",
-              file=sys.stderr)
+    for line in passed_over(damaged, found, "resuming from"):
+        print(line, file=sys.stderr)
     return found
 
 

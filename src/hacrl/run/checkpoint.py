@@ -196,6 +196,28 @@ def usable_checkpoint(ckpt_root: Path) -> tuple[Path | None, list[tuple[Path, st
     return None, damaged
 
 
+def unusable_why(damaged: list[tuple[Path, str]], none_saved: str) -> str:
+    """Why ``usable_checkpoint`` found none, for a one-line error: the newest damaged checkpoint and its problem,
+    else ``none_saved``.
+
+    >>> unusable_why([(Path("step-000004"), "model/ missing")], "no checkpoint")
+    'no intact checkpoint (step-000004: model/ missing)'
+    >>> unusable_why([], "no checkpoint")
+    'no checkpoint'
+    """
+    return f"no intact checkpoint ({damaged[0][0].name}: {damaged[0][1]})" if damaged else none_saved
+
+
+def passed_over(damaged: list[tuple[Path, str]], found: Path, doing: str) -> list[str]:
+    """The warning line for each damaged checkpoint ``usable_checkpoint`` passed over on the way to ``found``.
+
+    >>> passed_over([(Path("step-000004"), "model/ missing")], Path("step-000002"), "resuming from")
+    ['hacrl: warning: checkpoint step-000004 is damaged (model/ missing); resuming from step-000002']
+    """
+    return [f"hacrl: warning: checkpoint {path.name} is damaged ({problem}); {doing} {found.name}"
+            for path, problem in damaged]
+
+
 def _safetensors_problem(path: Path) -> str | None:
     """A safetensors file is an 8-byte header length, a JSON header, then exactly the tensors' bytes."""
     size = path.stat().st_size
