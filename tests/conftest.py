@@ -22,6 +22,26 @@ def one_thread():
 
 
 @pytest.fixture(scope="session")
+def transformers_rates():
+    """``transformers_rates(schedule, n, lr=..., **kwargs)``: the learning rate at each of ``n`` steps of
+    transformers' schedule ``schedule(optimizer, **kwargs)`` on a dummy AdamW at ``lr``, stepped once per step as
+    TRL steps it (the reference hacrl's schedules are held to)."""
+    import torch
+
+    def rates(schedule, n: int, *, lr: float, **kwargs) -> list[float]:
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+        scheduler = schedule(optimizer, **kwargs)
+        out = []
+        for _ in range(n):
+            out.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return out
+
+    return rates
+
+
+@pytest.fixture(scope="session")
 def load_script():
     """``load_script("bench/mechanism.py", "bench_mechanism")``: a repository script that is not in a package
     (bench/, scripts/) imported by its path under ``name``, registered in sys.modules first (its dataclasses look

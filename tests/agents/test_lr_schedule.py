@@ -47,39 +47,33 @@ def train_steps(agent: Agent, n: int) -> list[float]:
     return rates
 
 
-def reference_rates(name: str, warmup: int, total: int, n: int) -> list[float]:
-    """transformers' own schedule on a dummy optimizer, stepped once per step as TRL steps it."""
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=LR)
+def reference_rates(transformers_rates, name: str, warmup: int, total: int, n: int) -> list[float]:
+    """transformers' own schedule ``name`` (the ``transformers_rates`` fixture), stepped once per step as TRL
+    steps it."""
     total_arg = {} if name == "constant_with_warmup" else {"num_training_steps": total}  # it takes no total
-    scheduler = REFERENCE[name](optimizer, num_warmup_steps=warmup, **total_arg)
-    rates = []
-    for _ in range(n):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return rates
+    return transformers_rates(REFERENCE[name], n, lr=LR, num_warmup_steps=warmup, **total_arg)
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
-def test_each_schedule_gives_transformers_rates_at_every_step(name):
+def test_each_schedule_gives_transformers_rates_at_every_step(name, transformers_rates):
     # cosine with 3 warm-up steps over 10: 0, 1e-4, 2e-4, then 3e-4·½(1 + cos(π·k/7)) for k = 0..6
-    assert train_steps(make_agent(10, lr_schedule=name, warmup_steps=3), 10) == reference_rates(name, 3, 10, 10)
+    assert train_steps(make_agent(10, lr_schedule=name, warmup_steps=3), 10) == reference_rates(transformers_rates, name, 3, 10, 10)
 
 
 @pytest.mark.parametrize(("fields", "warmup"), [({"warmup_ratio": 0.25}, 3),  # ceil(0.25 × 10) = 3
                                                 ({"warmup_ratio": 0.5, "warmup_steps": 2}, 2),  # steps > 0 win
                                                 ({}, 0)])
-def test_warmup_is_counted_as_trl_counts_it(fields, warmup):
+def test_warmup_is_counted_as_trl_counts_it(fields, warmup, transformers_rates):
     agent = make_agent(10, lr_schedule="cosine", **fields)
     assert agent.lr_schedule is not None and agent.lr_schedule.warmup_steps == warmup
-    assert train_steps(agent, 10) == reference_rates("cosine", warmup, 10, 10)
+    assert train_steps(agent, 10) == reference_rates(transformers_rates, "cosine", warmup, 10, 10)
 
 
-def test_past_the_last_step_the_rate_stays_the_last_steps():
+def test_past_the_last_step_the_rate_stays_the_last_steps(transformers_rates):
     """transformers' cosine rises again after its end; an agent that trains on (the asynchronous mode's faster
     ones) keeps the rate of step ``total``."""
     rates = train_steps(make_agent(4, lr_schedule="cosine", warmup_steps=1), 7)
-    assert rates[:4] == reference_rates("cosine", 1, 4, 4)
+    assert rates[:4] == reference_rates(transformers_rates, "cosine", 1, 4, 4)
     assert rates[4:] == [rates[3]] * 3 and rates[3] > 0
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 import yaml
 from transformers import (
     get_constant_schedule_with_warmup,
@@ -41,28 +40,16 @@ def logged_rates(run_dir, agent_id: str) -> list[float]:
     return [rec[f"agent/{agent_id}/lr"] for rec in metric_lines(run_dir) if rec["step"] > 0]
 
 
-def transformers_rates(schedule, n: int, **kwargs) -> list[float]:
-    """transformers' schedule function on a dummy AdamW, stepped once per step as TRL steps it."""
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=LR)
-    scheduler = schedule(optimizer, **kwargs)
-    rates = []
-    for _ in range(n):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return rates
-
-
-def test_a_cosine_schedule_with_warmup_changes_the_rate_as_transformers_does(tmp_path):
+def test_a_cosine_schedule_with_warmup_changes_the_rate_as_transformers_does(tmp_path, transformers_rates):
     trainer = make_trainer(tmp_path, "trainer.steps=4",
                            "agents.qwen-char.lr_schedule=cosine", "agents.qwen-char.warmup_steps=1",
                            "agents.llama-bpe.lr_schedule=constant_with_warmup", "agents.llama-bpe.warmup_ratio=0.5")
     trainer.train()
     # cosine, 1 warm-up step of 4: 0, then 3e-4·½(1 + cos(π·k/3)) for k = 0, 1, 2: 3e-4, 2.25e-4, 0.75e-4
     assert logged_rates(trainer.run_dir, "qwen-char") == transformers_rates(
-        get_cosine_schedule_with_warmup, 4, num_warmup_steps=1, num_training_steps=4)
+        get_cosine_schedule_with_warmup, 4, lr=LR, num_warmup_steps=1, num_training_steps=4)
     assert logged_rates(trainer.run_dir, "llama-bpe") == transformers_rates(
-        get_constant_schedule_with_warmup, 4, num_warmup_steps=2)  # ceil(0.5 × 4) = 2: 0, 1.5e-4, 3e-4, 3e-4
+        get_constant_schedule_with_warmup, 4, lr=LR, num_warmup_steps=2)  # ceil(0.5 × 4) = 2: 0, 1.5e-4, 3e-4, 3e-4
 
 
 def test_the_constant_default_trains_at_the_configured_rate(tmp_path):
@@ -75,7 +62,7 @@ def test_the_constant_default_trains_at_the_configured_rate(tmp_path):
     assert not list((trainer.run_dir / "checkpoints").glob("*/agents/*/scheduler.pt"))
 
 
-def test_a_resumed_run_trains_at_the_uninterrupted_runs_rates(tmp_path):
+def test_a_resumed_run_trains_at_the_uninterrupted_runs_rates(tmp_path, transformers_rates):
     sets = ("trainer.steps=4", "trainer.checkpoint_every=2", "trainer.keep_last=3",
             "agents.qwen-char.lr_schedule=cosine", "agents.qwen-char.warmup_steps=1",
             "agents.llama-bpe.lr_schedule=linear", "agents.llama-bpe.warmup_ratio=0.25")
@@ -87,7 +74,7 @@ def test_a_resumed_run_trains_at_the_uninterrupted_runs_rates(tmp_path):
     assert resumed.step_idx == 2
     resumed.train()
     assert logged_rates(resumed.run_dir, "llama-bpe") == transformers_rates(
-        get_linear_schedule_with_warmup, 4, num_warmup_steps=1, num_training_steps=4)
+        get_linear_schedule_with_warmup, 4, lr=LR, num_warmup_steps=1, num_training_steps=4)
     assert metric_lines(resumed.run_dir) == uninterrupted  # the rates, and with them every metric
     # the schedule spans the run's 4 steps: it does not stretch to another count mid-run
     with pytest.raises(ConfigError, match=r"agents\.qwen-char\.lr_schedule: .*resume with trainer\.steps=4"):
@@ -99,7 +86,7 @@ def write_rows(path, pairs):
                             for a, b in pairs))
 
 
-def test_epochs_stop_the_run_after_its_passes_over_the_data_set(tmp_path):
+def test_epochs_stop_the_run_after_its_passes_over_the_data_set(tmp_path, transformers_rates):
     write_rows(tmp_path / "train.jsonl", [(i, 2 * i) for i in range(10)])
     write_rows(tmp_path / "test.jsonl", [(50 + i, i) for i in range(5)])
     trainer = make_trainer(
@@ -113,7 +100,7 @@ def test_epochs_stop_the_run_after_its_passes_over_the_data_set(tmp_path):
     assert yaml.safe_load((trainer.run_dir / "config.yaml").read_text())["trainer"]["steps"] == 3
     # the schedule spans the counted steps: linear over 3, from lr down to lr/3 at the last
     assert logged_rates(trainer.run_dir, "llama-bpe") == transformers_rates(
-        get_linear_schedule_with_warmup, 3, num_warmup_steps=0, num_training_steps=3)
+        get_linear_schedule_with_warmup, 3, lr=LR, num_warmup_steps=0, num_training_steps=3)
 
 
 def test_epochs_over_a_builtin_task_are_refused_before_a_model_loads(tmp_path):
@@ -121,7 +108,7 @@ def test_epochs_over_a_builtin_task_are_refused_before_a_model_loads(tmp_path):
         make_trainer(tmp_path, "trainer.steps=null", "trainer.num_train_epochs=1")
 
 
-def test_sharding_rebuilds_the_optimizer_and_the_schedule_follows_it(tmp_path):
+def test_sharding_rebuilds_the_optimizer_and_the_schedule_follows_it(tmp_path, transformers_rates):
     """FSDP sharding builds the agent's AdamW again over the sharded parameters (``shard_agent``): the scheduler is
     built again on it, and a sharded checkpoint's ``scheduler.pt`` puts the rate back (one gloo rank here; the
     Ray workers of test_sharded_ray.py call the same methods)."""
@@ -155,7 +142,7 @@ def test_sharding_rebuilds_the_optimizer_and_the_schedule_follows_it(tmp_path):
         first.save_scheduler(tmp_path)
         resumed = sharded_agent()
         resumed.load_scheduler(tmp_path)
-        assert head + rates(resumed, 2) == transformers_rates(get_cosine_schedule_with_warmup, 4,
+        assert head + rates(resumed, 2) == transformers_rates(get_cosine_schedule_with_warmup, 4, lr=LR,
                                                               num_warmup_steps=1, num_training_steps=4)
     finally:
         dist.destroy_process_group()

@@ -151,7 +151,7 @@ def test_the_trl_style_example_runs(tmp_path):
 
 
 @pytest.mark.model
-def test_the_trl_docs_script_trains_with_a_schedule_two_weighted_rewards_and_exports(tmp_path):
+def test_the_trl_docs_script_trains_with_a_schedule_two_weighted_rewards_and_exports(tmp_path, transformers_rates):
     """examples/trl_docs_script.py, TRL's documented script with only its models changed: its cosine schedule
     with warm-up gives transformers' rates at every step, both weighted rewards score every answer, and the
     exported folders load with from_pretrained."""
@@ -160,7 +160,6 @@ def test_the_trl_docs_script_trains_with_a_schedule_two_weighted_rewards_and_exp
     import subprocess
     import sys
 
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
 
     example = Path(__file__).resolve().parents[2] / "examples" / "trl_docs_script.py"
@@ -174,14 +173,8 @@ def test_the_trl_docs_script_trains_with_a_schedule_two_weighted_rewards_and_exp
     assert steps == math.ceil(0.1 * 160 / (16 // 4))  # TRL's count: epochs × problems / prompts a step
 
     # the schedule: transformers' cosine with ⌈0.1 × steps⌉ warm-up steps, stepped once per step
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=cfg["agents"][0]["lr"])
-    scheduler = get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=math.ceil(0.1 * steps),
-                                                num_training_steps=steps)
-    expected = []
-    for _ in range(steps):
-        expected.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
+    expected = transformers_rates(get_cosine_schedule_with_warmup, steps, lr=cfg["agents"][0]["lr"],
+                                  num_warmup_steps=math.ceil(0.1 * steps), num_training_steps=steps)
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for agent in ("qwen-char", "llama-bpe"):
         assert [m[f"agent/{agent}/lr"] for m in metrics if m["step"] > 0] == expected
