@@ -7,6 +7,7 @@ One-token answers make ℓ̄_θ the token's log-prob, so s = exp(logp − old) a
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -15,7 +16,7 @@ import torch
 from torch.testing import assert_close
 
 from hacrl.core import LossInputs, group_advantages, gspo_loss, partner_loss, weighted_group_advantages
-from hacrl.core.trust import TrustRule, TrustState, paired_check, ratio_floor
+from hacrl.core.trust import TrustRule, TrustState, kept_shares, paired_check, ratio_floor, rollout_budget
 
 KW = {"clip_low": 0.2, "clip_high": 0.28}
 
@@ -194,3 +195,56 @@ def test_full_trust_is_naive_above_the_floor():
     naive.backward()
     assert_close(logp_BT.grad[:4, 0], naive_logp.grad[:4, 0])
     assert float(logp_BT.grad[4, 0]) == 0.0 and float(naive_logp.grad[4, 0]) != 0.0
+
+
+# ---- the rollout budget (algorithm.trust_budget) -------------------------------------------------------------------
+def _worst(usable, counts):
+    n = len(counts)
+    return min(sum((1.0 if k == j else usable[k][j]) * counts[j] for j in range(n)) for k in range(n))
+
+
+def test_rollout_budget_by_hand():
+    # learner 0 values agent 1's answers at 0.5, learner 1 values none of 0's; G 4, each keeps at least 2.
+    # From (2, 2): U = (3, 2). Agent 1 writes the 3rd (U 3.5, 3), 4th (4, 4) and 5th (4.5, 5) answers; the last
+    # leaves 5 either way (agent 0: U 5.5, 5; agent 1: 5, 6), so the agent with fewer answers, 0, writes it
+    assert rollout_budget([[1, 0.5], [0.0, 1]], 4) == [3, 5]
+    # three agents: the first takes nothing from the others, who take everything: it writes all but the floors
+    assert rollout_budget([[1, 0, 0], [1, 1, 1], [1, 1, 1]], 4) == [8, 2, 2]
+    assert rollout_budget([[1, 1, 1]] * 3, 4) == [4, 4, 4]  # full trust everywhere: the pooled split
+    assert rollout_budget([[1, 0.3], [0.3, 1]], 8) == [8, 8]  # a symmetric pair: the pooled split
+    with pytest.raises(ValueError, match="min_share"):
+        rollout_budget([[1, 1], [1, 1]], 8, min_share=0.0)
+
+
+def test_rollout_budget_is_the_best_split_for_two_agents():
+    # the slow reference: every split of the 2G answers with both at or above the floor
+    rng = random.Random(0)
+    for _ in range(400):
+        g, share = rng.choice([2, 3, 4, 8, 16]), rng.choice([0.125, 0.25, 0.5, 1.0])
+        usable = [[1.0, rng.choice([0.0, 0.25, 1.0, rng.random()])], [rng.choice([0.0, 0.5, 1.0, rng.random()]), 1.0]]
+        counts = rollout_budget(usable, g, share)
+        floor = max(1, math.ceil(share * g))
+        assert sum(counts) == 2 * g and min(counts) >= floor
+        best = max(_worst(usable, (a, 2 * g - a)) for a in range(floor, 2 * g - floor + 1))
+        assert _worst(usable, counts) == pytest.approx(best)
+
+
+def test_rollout_budget_is_never_worse_than_the_pooled_split():
+    rng = random.Random(1)
+    for _ in range(300):
+        n, g = rng.choice([3, 4]), rng.choice([2, 4, 8])
+        usable = [[1.0 if k == j else rng.choice([0.0, 0.5, 1.0, rng.random()]) for j in range(n)] for k in range(n)]
+        counts = rollout_budget(usable, g)
+        assert sum(counts) == n * g and min(counts) >= math.ceil(g / 2)
+        assert _worst(usable, counts) >= _worst(usable, [g] * n) - 1e-9
+        # and no single answer moved from one agent to another would help the worst off
+        for a, b in itertools.permutations(range(n), 2):
+            if counts[a] > math.ceil(g / 2):
+                moved = list(counts)
+                moved[a], moved[b] = moved[a] - 1, moved[b] + 1
+                assert _worst(usable, moved) <= _worst(usable, counts) + 1e-9
+
+
+def test_kept_shares_count_the_answers_at_or_above_their_sources_floor():
+    assert kept_shares({1: [0.05, 0.1, 0.5, 2.0], 2: [0.2, 0.3]}, [0.0, 0.1, 0.31]) == {1: 0.75, 2: 0.0}
+    assert kept_shares({1: []}, [0.0, 0.1]) == {}  # no answers: no share

@@ -90,3 +90,51 @@ def test_resume_goes_on_with_the_same_trust(tmp_path):
 def test_trust_refuses_the_asynchronous_mode(tmp_path):
     with pytest.raises(ConfigError, match="trainer.mode=lockstep"):
         make_trainer(tmp_path, "trainer.mode=async")
+
+
+def test_the_rollout_budget_moves_answers_to_the_learner_that_distrusts(tmp_path):
+    # a harm check (z 0, min_drop 0, a reference that got every problem right) sets llama-bpe's τ in qwen-char to 0;
+    # from the next step llama-bpe writes more than G a prompt and qwen-char fewer, N·G in all
+    trainer = make_trainer(tmp_path, "trainer.steps=4", "algorithm.trust_budget=true", "algorithm.trust_z=0",
+                           "algorithm.trust_min_drop=0")
+    g = trainer.derived.group_size
+    try:
+        first = trainer.step()
+        trainer.backend.workers[1].trust.state.reference = (True,) * 24
+        lines = [trainer.step() for _ in range(3)]
+    finally:
+        trainer.close()
+    assert (first["agent/qwen-char/rollouts"], first["agent/llama-bpe/rollouts"]) == (g, g)  # before any update
+    assert first["pool/size"] == 2 * g * trainer.cfg.trainer.batch_size
+    cut = lines[1]  # step 3: the check found harm, τ 0 in its update, so nothing of qwen-char's is usable
+    assert cut["agent/llama-bpe/trust/qwen-char"] == 0.0 and cut["agent/llama-bpe/trust_usable/qwen-char"] == 0.0
+    after = lines[2]  # step 4's split read step 3's updates
+    counts = after["agent/qwen-char/rollouts"], after["agent/llama-bpe/rollouts"]
+    assert counts[1] > g > counts[0] >= math.ceil(g / 2) and sum(counts) == 2 * g
+    assert after["pool/size"] == 2 * g * trainer.cfg.trainer.batch_size  # the pooled methods' answers
+
+
+def test_the_rollout_budget_resumes_with_the_same_split(tmp_path):
+    # a floor of 0.9 cuts some partner answers at full trust, so the values the split reads are not all 1
+    setting = ("algorithm.trust_budget=true", "algorithm.trust_budget_min=0.25", "algorithm.trust_floor=0.9")
+    straight = make_trainer(tmp_path, "trainer.steps=4", *setting, name="straight")
+    straight.train()
+    first = make_trainer(tmp_path, "trainer.steps=2", "trainer.checkpoint_every=2", *setting, name="resumed")
+    first.train()
+    second = make_trainer(tmp_path, "trainer.steps=4", *setting, name="resumed",
+                          resume_from=first.run_dir / "checkpoints" / "step-000002")
+    assert first.rollout_budget is not None and min(min(row) for row in first.rollout_budget.usable) < 1.0
+    assert second.rollout_budget is not None and second.rollout_budget.usable == first.rollout_budget.usable
+    second.train()
+
+    def lines(run_dir):
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("timing/", "eval/"))}
+                for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert lines(straight.run_dir) == lines(second.run_dir)
+    assert any(k.endswith("/rollouts") for k in lines(straight.run_dir)[-1])
+
+
+def test_the_rollout_budget_needs_the_trust_method(tmp_path):
+    cfg = load_config("tiny-test", overrides=["algorithm.name=naive", "algorithm.trust_budget=true"])
+    with pytest.raises(ConfigError, match="algorithm.trust_budget: naive holds no trust"):
+        Trainer(cfg, tmp_path)

@@ -8,7 +8,9 @@ import torch
 from torch.testing import assert_close
 
 from hacrl.core import group_advantages, omega_matrix
+from hacrl.core.trust import TrustRule
 from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.trust import LearnerTrust
 from hacrl.learner.update import ViewRow, apply_trust, assign_advantages
 
 OMEGA = omega_matrix(torch.tensor([0.5, 0.5, 0.5]))
@@ -43,3 +45,11 @@ def test_zero_trust_gives_the_own_groups_advantage_and_full_trust_the_joint_grou
     assign_advantages(half, 0, algo, OMEGA, [1.0, 0.0, 0.5])
     sd = ((0.625**2 + 2 * 0.375**2 + 0.5 * 0.375**2 + 0.5 * 0.625**2) / 3) ** 0.5
     assert_close(torch.tensor(half[0].advantage), torch.tensor(0.625 / (sd + 1e-6)))
+
+
+def test_what_an_update_kept_of_each_partner_and_what_it_was_worth():
+    # learner 1 of three; τ 0.5 in agent 0 (floor √0.1 ≈ 0.316), τ 1 in agent 2 (floor 0.1)
+    trust = LearnerTrust(1, ["a", "b", "c"], TrustRule())
+    tau, floors = [0.5, 1.0, 1.0], [0.1 ** 0.5, 0.0, 0.1]
+    out = trust.kept(tau, floors, {0: [0.2, 0.4, 1.0, 3.0], 2: [0.05, 0.5]})
+    assert out == {"trust_kept/a": 0.75, "trust_usable/a": 0.375, "trust_kept/c": 0.5, "trust_usable/c": 0.5}

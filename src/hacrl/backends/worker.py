@@ -201,7 +201,8 @@ class AgentWorker:
                             cfg.run.seed * 1_000_003 + self.step_idx * 131 + agent.index,
                             cfg.trainer.micro_batch_size, self.spec.grad_clip, cfg.trainer.shared_prompt_forward)
         lower0 = self.window.bounds() if self.window is not None else None
-        ratios: dict[int, list[float]] | None = {} if lower0 is not None else None
+        # the cross ratios the update saw: the adaptive window moves on them, trust counts what its floor kept
+        ratios: dict[int, list[float]] | None = {} if lower0 is not None or self.trust is not None else None
         trust_metrics: dict[str, float] = {}
         trust = None
         if self.trust is not None:  # this step's validation check (if any) moves the trust before the update
@@ -213,6 +214,8 @@ class AgentWorker:
                         stale=stale if cfg.trainer.mode == "async" else None, dp_group=self.dp_group,
                         cross_lower0=lower0, observed_ratios=ratios, trust=trust,
                         before_update=self._sleep_engine_for_training)
+        if self.trust is not None and trust is not None:
+            trust_metrics.update(self.trust.kept(*trust, ratios or {}))
         metrics.update(trust_metrics)
         check_update(agent.model, metrics, self.spec, self.step_idx + 1)
         agent.step_lr()

@@ -244,6 +244,11 @@ class AlgorithmConfig(_Section):
     trust_min_drop: float = Field(0.02, ge=0, lt=1, description="trust: the smallest net share of the slice lost "
                                   "that counts as harm")
     trust_regain: float = Field(0.25, ge=0, le=1, description="trust: τ added after each check without harm")
+    trust_budget: bool = Field(False, description="trust: move the rollout budget each step toward the learner "
+                               "that can use least of its partners' answers (τ × the share its floor kept), the "
+                               "N·G answers a prompt of the pooled methods in all (hacrl.core.trust.rollout_budget)")
+    trust_budget_min: float = Field(0.5, gt=0, le=1, description="trust_budget: the share of G every agent writes "
+                                    "at least")
     veto_kl: float = Field(0.1, ge=0, description="negatives=veto: the largest per-token KL (−log s) a negative "
                            "partner answer may have")
     rollout_correction: Literal["auto", "off", "truncate", "mask", "masked-is"] = Field(

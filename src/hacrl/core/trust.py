@@ -149,3 +149,69 @@ class TrustState:
         self.tau = tau
         ref = state.get("reference")
         self.reference = None if ref is None else tuple(bool(c) for c in ref)
+
+
+def kept_shares(ratios: dict[int, list[float]], floors: Sequence[float]) -> dict[int, float]:
+    """Per source agent, the share of its answers in an update whose ratio s was at or above that source's floor
+    ℓ (the answers that trained): ``ratios`` is source → each answer's s as its minibatch saw it.
+
+    >>> kept_shares({1: [0.05, 0.2, 1.3, 0.09]}, [0.0, 0.1])
+    {1: 0.5}
+    """
+    return {j: sum(s >= floors[j] for s in values) / len(values) for j, values in ratios.items() if values}
+
+
+def rollout_budget(usable: Sequence[Sequence[float]], group_size: int, min_share: float = 0.5) -> list[int]:
+    """How many answers per prompt each agent writes this step when trust moves the rollout budget
+    (``algorithm.trust_budget``): the pooled methods' N·G answers a prompt in all, shared out so that the learner
+    worst off in answers it can use gets as many as it can.
+
+    ``usable[k][j]`` is what one of agent j's answers is worth to learner k: 1 for its own (the diagonal is read
+    as 1), τ_kj × the share of j's answers k's last update kept above its floor for a partner's. With n_j answers
+    from agent j, learner k can use U_k = Σ_j usable[k][j]·n_j. Every agent writes at least ⌈min_share·G⌉ (≥ 1).
+    The rest go one at a time to the agent whose extra answer leaves the largest min_k U_k (ties: the agent with
+    fewest answers, then the first); the pooled split (G each) replaces that where it is better for the worst
+    off, and single answers then move from one agent to another while a move raises min_k U_k. For two agents
+    this is the best split (a test holds it against every split); for more it is never worse than G each.
+    Where every learner trusts every partner fully, or none trusts any, each agent writes G; where one learner
+    takes nothing from a partner that takes all of its answers, that learner writes the most the floor leaves.
+
+    >>> rollout_budget([[1, 1], [1, 1]], 8), rollout_budget([[1, 0], [0, 1]], 8)
+    ([8, 8], [8, 8])
+    >>> rollout_budget([[1, 0.0], [1.0, 1]], 8)
+    [12, 4]
+    >>> rollout_budget([[1, 0.0], [1.0, 1]], 8, min_share=0.25)
+    [14, 2]
+    """
+    n_agents = len(usable)
+    if not 0.0 < min_share <= 1.0 or group_size < 1:
+        raise ValueError(f"need 0 < min_share <= 1 and group_size >= 1, got {min_share}, {group_size}")
+    worth = [[1.0 if k == j else min(max(float(usable[k][j]), 0.0), 1.0) for j in range(n_agents)]
+             for k in range(n_agents)]
+    floor = max(1, math.ceil(min_share * group_size))
+
+    def worst(counts: Sequence[int]) -> float:  # min_k U_k
+        return min(sum(worth[k][j] * counts[j] for j in range(n_agents)) for k in range(n_agents))
+
+    counts = [floor] * n_agents
+    for _ in range(n_agents * group_size - n_agents * floor):
+        def after(j: int) -> tuple[float, int, int]:  # the worst off after j writes one more; fewer; first
+            counts[j] += 1
+            value = worst(counts)
+            counts[j] -= 1
+            return (value, -counts[j], -j)
+        counts[max(range(n_agents), key=after)] += 1
+    if worst([group_size] * n_agents) >= worst(counts):
+        counts = [group_size] * n_agents
+    improved = True
+    while improved:  # one answer from a to b while that raises the worst off (strictly: it ends)
+        improved = False
+        for a in range(n_agents):
+            for b in range(n_agents):
+                if a != b and counts[a] > floor:
+                    moved = list(counts)
+                    moved[a] -= 1
+                    moved[b] += 1
+                    if worst(moved) > worst(counts) + 1e-12:
+                        counts, improved = moved, True
+    return counts

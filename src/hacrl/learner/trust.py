@@ -5,7 +5,10 @@ The trainer runs a validation check every ``algorithm.trust_every`` steps (befor
 worker its agent's per-problem results in the update request; the worker feeds them to its ``LearnerTrust`` before
 the update, which then weighs each partner's answers by τ and cuts them below the ratio floor (``learn``'s
 ``trust``). What it decided goes to the metrics, per partner and step (the trainer prefixes
-``agent/<learner id>/``): ``trust/<partner id>`` (τ used in this update), ``trust_floor/<partner id>`` (ℓ), and on
+``agent/<learner id>/``): ``trust/<partner id>`` (τ used in this update), ``trust_floor/<partner id>`` (ℓ),
+``trust_kept/<partner id>`` (the share of that partner's answers whose ratio was at or above ℓ: those that trained),
+``trust_usable/<partner id>`` (τ × that share: what one of its answers was worth to this learner, which the
+rollout budget reads, ``algorithm.trust_budget``), and on
 a check ``val/acc``, ``val/wins``, ``val/losses`` (against the reference check) and ``val/harm`` (1 when the rule
 cut the trust). The state lives in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the
 same trust and reference.
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hacrl.config import Config
-from hacrl.core.trust import TrustRule, TrustState
+from hacrl.core.trust import TrustRule, TrustState, kept_shares
 from hacrl.learner.algorithms import Algorithm, uses_trust
 from hacrl.run.files import write_atomic
 
@@ -64,6 +67,17 @@ class LearnerTrust:
             if j != self.state.learner:
                 out[f"trust/{source_id}"] = float(tau[j])
                 out[f"trust_floor/{source_id}"] = float(floors[j])
+        return out
+
+    def kept(self, tau: Sequence[float], floors: Sequence[float], ratios: dict[int, list[float]]
+             ) -> dict[str, float]:
+        """What the update kept of each partner's answers (``ratios``: source → each answer's s as its minibatch
+        saw it): ``trust_kept/<id>`` and ``trust_usable/<id>`` = τ × kept; no key for a partner without answers."""
+        out = {}
+        for j, share in sorted(kept_shares(ratios, floors).items()):
+            if j != self.state.learner:
+                out[f"trust_kept/{self.ids[j]}"] = share
+                out[f"trust_usable/{self.ids[j]}"] = float(tau[j]) * share
         return out
 
     def save(self, agent_dir: Path) -> None:

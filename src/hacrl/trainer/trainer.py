@@ -16,6 +16,7 @@ Run it with ``hacrl train`` (see ``hacrl.cli``) or ``Trainer(cfg, run_dir).train
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -48,6 +49,7 @@ from hacrl.run.sinks import MultiSink, NullSink, eval_key, read_evals
 from hacrl.run.trackers import make_sinks, resolve_loggers
 from hacrl.trainer import validation
 from hacrl.trainer.async_loop import AsyncLoop, next_multiple
+from hacrl.trainer.budget import RolloutBudget
 from hacrl.trainer.evaluation import load_benchmarks, score_answers
 from hacrl.trainer.phases import (
     DataStream,
@@ -106,6 +108,9 @@ class Trainer:
             raise ConfigError(str(exc)) from None
         if uses_trust(resolved) and cfg.trainer.mode == "async":
             raise ConfigError("algorithm: trust reads lock-step validation checks; set trainer.mode=lockstep")
+        if cfg.algorithm.trust_budget and not uses_trust(resolved):
+            raise ConfigError(f"algorithm.trust_budget: {cfg.algorithm.name} holds no trust to move the budget by; "
+                              f"set algorithm.name=trust or drop trust_budget")
         self.derived = derive(cfg, shares_pool=self.algo.shares_pool,
                               rollout_multiplier=self.algo.rollout_multiplier, needs_groups=True)
         self.logger_names = resolve_loggers(cfg.run) if sinks else []  # a missing listed logger stops here
@@ -130,6 +135,8 @@ class Trainer:
         self.agent_ids = [a.id for a in cfg.agents]
         self.tracker = CapabilityTracker(len(cfg.agents), window=cfg.algorithm.capability_window)
         self._async_state: dict[str, Any] | None = None  # the asynchronous loop's, from the checkpoint
+        # trust's rollout budget (hacrl.trainer.budget): answers per prompt per agent; None: G each
+        self.rollout_budget = RolloutBudget.for_run(cfg, self.derived.group_size)
         if resume_from:
             data_pos = self._restore(resume_from)
         self.data = DataStream(self.task.name, self.task.train_problems(cfg.run.seed), start=data_pos)
@@ -193,6 +200,8 @@ class Trainer:
         self.step_idx = state["step"]
         self.tracker.load_state_dict(state["tracker"])
         self._async_state = state.get("async")  # the asynchronous mode's loop (hacrl.trainer.async_loop)
+        if self.rollout_budget is not None and "budget" in state:
+            self.rollout_budget.load_state_dict(state["budget"])
         # an older checkpoint's "window" (the adaptive cross window): each worker takes its row (LearnerWindow)
         ckpt.set_rng_state(state["rng"])
         return int(state["data_pos"])
@@ -228,11 +237,16 @@ class Trainer:
     def _rollout(self, problems: list[Problem], timings: dict[str, float] | None = None
                  ) -> tuple[list[Trajectory], dict[str, float]]:
         """Every agent answers every prompt (concurrently on Ray): the answers, agent by agent, unscored; the
-        agents' rollout metrics."""
+        agents' rollout metrics. G answers a prompt each, or with trust's rollout budget its split."""
         prompts = [p.prompt for p in problems]
-        results = self.backend.call("rollout", [(prompts, self.phases.sampling)] * len(self.agent_ids),
-                                    recompute=self.phases.recompute)
+        sampling = [self.phases.sampling] * len(self.agent_ids)
         metrics: dict[str, float] = {}
+        if self.rollout_budget is not None:
+            counts = self.rollout_budget.counts()
+            sampling = [dataclasses.replace(self.phases.sampling, n=c) for c in counts]
+            metrics.update(self.rollout_budget.metrics(counts))
+        results = self.backend.call("rollout", [(prompts, params) for params in sampling],
+                                    recompute=self.phases.recompute)
         for agent_id, (_, m) in zip(self.agent_ids, results, strict=True):
             metrics.update(rollout_metrics(agent_id, m, timings))
         return [t for answers, _ in results for t in answers], metrics
@@ -265,6 +279,8 @@ class Trainer:
         with self._timed(timings, "update"):
             request = phases.update_request(pool, omega_NN, validation=checks)
             results = self.backend.call("update", [(request,)] * n)
+        if self.rollout_budget is not None:
+            self.rollout_budget.observe(results)
         for i, loss_metrics in enumerate(results):
             metrics.update(phases.update_metrics(i, loss_metrics, timings))
         for phase in ("rollout", "update"):
@@ -373,6 +389,8 @@ class Trainer:
                                  "tracker": self.tracker.state_dict(), "rng": ckpt.rng_state()}
         if loop is not None:
             state["async"] = loop.state_dict()
+        if self.rollout_budget is not None:
+            state["budget"] = self.rollout_budget.state_dict()
         manifest = {"agents": [{"id": a.id, "model": a.model} for a in self.cfg.agents],
                     "algorithm": self.cfg.algorithm.name, **(loop.manifest() if loop is not None else {})}
         return state, manifest
