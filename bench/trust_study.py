@@ -17,6 +17,11 @@ Per cell and agent:
   ``wall``: mean seconds per run of trust against naive, as each run's record measured it.
 
     python bench/trust_study.py results/trust/*/ [--plot docs/img/trust/regret.png] [--json FILE]
+
+Stage 2 (the page's second section) reads another arm in trust's place and its paired difference to a named arm:
+``--method 'trust@trust_budget=true' --vs trust --threshold -0.01`` adds, per cell and agent, method − trust with
+both intervals and the reading against the threshold: ``at or above`` (both lower ends ≥ it), ``below`` (both
+upper ends under it) or ``undecided``. With a budget the table also gives each agent's mean answers per prompt.
 """
 
 from __future__ import annotations
@@ -64,18 +69,40 @@ def verdict(vs: dict[str, Any] | None, margin: float = MARGIN) -> str:
     return "undecided"
 
 
+def side(vs: dict[str, Any] | None, threshold: float) -> str:
+    """Where a paired difference lies against ``threshold``: ``at or above`` (both lower ends ≥ it), ``below`` (both
+    upper ends < it), else ``undecided``.
+
+    >>> side({"interval": {"lo": 0.01, "hi": 0.05}, "seed_interval": {"lo": 0.002, "hi": 0.06}}, 0.0)
+    'at or above'
+    >>> side({"interval": {"lo": -0.03, "hi": -0.02}, "seed_interval": {"lo": -0.04, "hi": -0.011}}, -0.01)
+    'below'
+    """
+    if not vs or not vs.get("interval") or not vs.get("seed_interval"):
+        return "undecided"
+    boot, seed = vs["interval"], vs["seed_interval"]
+    if boot["lo"] >= threshold and seed["lo"] >= threshold:
+        return "at or above"
+    if boot["hi"] < threshold and seed["hi"] < threshold:
+        return "below"
+    return "undecided"
+
+
 def _run_dirs(cell: Path, summary: dict[str, Any], algorithm: str) -> list[Path]:
     """The run directories of ``algorithm`` in ``cell``, wherever the comparison was written from (its summary
     names them from the invocation's working directory: the last three parts, runs/<algorithm>/seed-<s>)."""
     return [cell.joinpath(*Path(r["dir"]).parts[-3:]) for r in summary["runs"] if r["algorithm"] == algorithm]
 
 
-def decisions(run_dir: Path, agent: str, partner: str) -> tuple[float, float]:
-    """(harm checks, share of updates at τ < 1) of ``agent`` in one trust run."""
+def decisions(run_dir: Path, agent: str, partner: str) -> tuple[float, float, float | None]:
+    """(harm checks, share of updates at τ < 1, mean answers per prompt it wrote or None without a budget) of
+    ``agent`` in one trust run."""
     lines = read_jsonl(run_dir / "metrics.jsonl")
     harm = sum(line.get(f"agent/{agent}/val/harm", 0.0) for line in lines)
     taus = [line[f"agent/{agent}/trust/{partner}"] for line in lines if f"agent/{agent}/trust/{partner}" in line]
-    return float(harm), (sum(t < 1.0 for t in taus) / len(taus) if taus else 0.0)
+    split = [line[f"agent/{agent}/rollouts"] for line in lines if f"agent/{agent}/rollouts" in line]
+    return (float(harm), (sum(t < 1.0 for t in taus) / len(taus) if taus else 0.0),
+            statistics.fmean(split) if split else None)
 
 
 def answers_per_step(run_dir: Path, agents: int) -> tuple[float, float]:
@@ -87,30 +114,38 @@ def answers_per_step(run_dir: Path, agents: int) -> tuple[float, float]:
     return float(pooled), agents * a["trust_val_size"] * checks / steps
 
 
-def cell_rows(cell: Path) -> list[dict[str, Any]]:
+def cell_rows(cell: Path, method: str = METHOD, vs_arm: str | None = None, threshold: float = -MARGIN
+              ) -> list[dict[str, Any]]:
     summary = read_summary(cell)
     agents = list(summary["agents"])
-    trust_dirs = _run_dirs(cell, summary, METHOD)
+    trust_dirs = _run_dirs(cell, summary, method)
+    if not trust_dirs:
+        raise SystemExit(f"{cell}: no run of {method!r}")
     rows = []
     for agent in agents:
         partner = next(a for a in agents if a != agent)
         res = summary["results"][agent]
         finals = {a: res[a]["final"]["mean"] for a in FIXED if a in res and res[a].get("final")}
         best = max(finals, key=lambda a: finals[a])
-        vs = res[METHOD]["vs"]
+        vs = res[method]["vs"]
         per_run = [decisions(d, agent, partner) for d in trust_dirs]
+        splits = [s for _, _, s in per_run if s is not None]
         pooled, validation = answers_per_step(trust_dirs[0], len(agents))
         cost = summary.get("cost", {})
         rows.append({
             "cell": cell.name, "agent": agent, "best": best, "best_acc": finals[best],
-            "trust_acc": res[METHOD]["final"]["mean"], "seeds": len(res[METHOD]["final"]["by_seed"]),
+            "method": method, "trust_acc": res[method]["final"]["mean"],
+            "seeds": len(res[method]["final"]["by_seed"]),
             "finals": finals,
             "vs_best": _diff(vs.get(best)), "rule1": verdict(vs.get(best)),
             "vs_gspo2x": _diff(vs.get("gspo2x")), "rule2": verdict(vs.get("gspo2x")),
-            "harm_checks": statistics.fmean(h for h, _ in per_run),
-            "distrust_share": statistics.fmean(s for _, s in per_run),
+            "harm_checks": statistics.fmean(h for h, _, _ in per_run),
+            "distrust_share": statistics.fmean(s for _, s, _ in per_run),
+            "rollouts": statistics.fmean(splits) if splits else None,
+            "vs_arm": vs_arm, "vs_other": _diff(vs.get(vs_arm)) if vs_arm else None,
+            "side": side(vs.get(vs_arm), threshold) if vs_arm else None, "threshold": threshold,
             "answers_pooled": pooled, "answers_validation": validation,
-            "wall_trust": cost.get(METHOD, {}).get("wall_s", [None])[0],
+            "wall_trust": cost.get(method, {}).get("wall_s", [None])[0],
             "wall_naive": cost.get("naive", {}).get("wall_s", [None])[0],
         })
     return rows
@@ -130,18 +165,34 @@ def _fmt(d: dict[str, float] | None) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| cell | agent | best fixed (acc) | trust (acc) | trust − best [boot] (seeds) | rule 1 | "
-            "trust − gspo2x [boot] (seeds) | rule 2 | harm checks / run | updates at τ < 1 | answers / step "
-            "(+ checks) | wall s, trust / naive |")
+    name = _short(rows[0]["method"]) if rows else "trust"
+    split = any(r["rollouts"] is not None for r in rows)
+    other = rows[0]["vs_arm"] if rows else None
+    head = (f"| cell | agent | best fixed (acc) | {name} (acc) | {name} − best [boot] (seeds) | rule 1 | "
+            f"{name} − gspo2x [boot] (seeds) | rule 2 | "
+            + (f"{name} − {other} [boot] (seeds) | against {rows[0]['threshold']:+.2f} | " if other else "")
+            + "harm checks / run | updates at τ < 1 | " + ("answers / prompt written | " if split else "")
+            + f"answers / step (+ checks) | wall s, {name} / naive |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         wall = (f"{r['wall_trust']:.0f} / {r['wall_naive']:.0f}" if r["wall_trust"] and r["wall_naive"] else "—")
         out.append(
             f"| {r['cell']} | {r['agent']} | {r['best']} ({r['best_acc']:.3f}) | {r['trust_acc']:.3f} | "
             f"{_fmt(r['vs_best'])} | {r['rule1']} | {_fmt(r['vs_gspo2x'])} | {r['rule2']} | "
-            f"{r['harm_checks']:.2f} | {r['distrust_share']:.0%} | {r['answers_pooled']:.0f} "
-            f"(+{r['answers_validation']:.0f}) | {wall} |")
+            + (f"{_fmt(r['vs_other'])} | {r['side']} | " if other else "")
+            + f"{r['harm_checks']:.2f} | {r['distrust_share']:.0%} | "
+            + ((f"{r['rollouts']:.1f} | " if r["rollouts"] is not None else "— | ") if split else "")
+            + f"{r['answers_pooled']:.0f} (+{r['answers_validation']:.0f}) | {wall} |")
     return "\n".join(out)
+
+
+def _short(method: str) -> str:
+    """A table's name for an arm: ``trust@trust_budget=true`` → ``trust+budget_true``-like labels stay readable.
+
+    >>> _short("trust"), _short("trust@trust_budget=true"), _short("trust@trust_floor=1e-9")
+    ('trust', 'trust@budget=true', 'trust@floor=1e-9')
+    """
+    return method.replace("@trust_", "@")
 
 
 def overall(rows: list[dict[str, Any]]) -> str:
@@ -151,7 +202,7 @@ def overall(rows: list[dict[str, Any]]) -> str:
     worst = min(rows, key=lambda r: r["vs_best"]["mean"] if r["vs_best"] else 0.0)
     failing = sum(not (r["rule1"] == "within" and r["rule2"] == "within") for r in rows)
     return (f"not shown: {failing} of {len(rows)} cells and agents miss rule 1 or 2; the worst is {worst['cell']} "
-            f"{worst['agent']}: trust − {worst['best']} {_fmt(worst['vs_best'])}")
+            f"{worst['agent']}: {_short(worst['method'])} − {worst['best']} {_fmt(worst['vs_best'])}")
 
 
 def arm_regrets(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -164,10 +215,11 @@ def arm_regrets(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     {'worst': 0.05, 'mean': 0.026, 'above_margin': 1.0}
     """
     out = {}
-    for arm in (METHOD, *FIXED):
+    method = rows[0].get("method", METHOD) if rows else METHOD
+    for arm in (method, *FIXED):
         shortfalls = []
         for r in rows:
-            finals = {**r["finals"], METHOD: r["trust_acc"]}
+            finals = {**r["finals"], method: r["trust_acc"]}
             if arm in finals:
                 shortfalls.append(max(v for k, v in r["finals"].items()) - finals[arm])
         if shortfalls:
@@ -191,10 +243,10 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     ax.axhspan(-MARGIN, MARGIN, color="0.9", zorder=0, label=f"±{MARGIN}")
     ax.axhline(0, color="0.5", lw=0.8)
     ax.errorbar(xs, means, yerr=[err[1], err[0]], fmt="o", color="tab:blue", capsize=3,
-                label="best fixed − trust, 95% paired bootstrap")
+                label=f"best fixed − {_short(rows[0]['method'])}, 95% paired bootstrap")
     ax.set_xticks(xs, [f"{r['cell']}\n{r['agent']}\n(best: {r['best']})" for r in rows], fontsize=7)
     ax.set_ylabel("regret (held-out accuracy)")
-    ax.set_title("trust against the best fixed way of sharing, per cell and agent")
+    ax.set_title(f"{_short(rows[0]['method'])} against the best fixed way of sharing, per cell and agent")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -207,8 +259,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("cells", nargs="+", type=Path, help="comparison directories (results/trust/<cell>)")
     parser.add_argument("--plot", type=Path, help="write the regret picture here (PNG)")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--method", default=METHOD, help="the arm read in trust's place (default: trust)")
+    parser.add_argument("--vs", help="also read method − this arm (it must be a baseline of the comparison)")
+    parser.add_argument("--threshold", type=float, default=-MARGIN, help="--vs's reading against this (default "
+                        f"{-MARGIN})")
     args = parser.parse_args(argv)
-    rows = [row for cell in args.cells for row in cell_rows(cell)]
+    rows = [row for cell in args.cells for row in cell_rows(cell, args.method, args.vs, args.threshold)]
     print(table(rows))
     print()
     print(overall(rows))
