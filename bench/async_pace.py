@@ -30,7 +30,7 @@ and per (seed, problem) (95% bootstrap interval: ``paired_bootstrap``, as ``hacr
 
 Writes ``<output>/async_pace.json`` (every raw number: per seed, mode and agent the timings, versions, idle shares,
 per-problem rewards) and prints the step costs, the idle-share table and the accuracy table. Results:
-docs/results.md §11.
+docs/results/async.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""E4's partner pre-flight (issue #45, docs/results.md §12.8): fine-tuned SmolLM2 copies made by variants of the
+"""E4's partner pre-flight (issue #45, docs/results/mechanism.md §12.8): fine-tuned SmolLM2 copies made by variants of the
 SFT recipe (``hacrl.agents.gguf``), each measured alone on the 300 held-out problems of
 ``examples/mechanism/e4-unfaithful.yaml``: greedy accuracy, and the equation shares of ``bench/mechanism.py``
 (``consistent``: the first equation ``a ± b = v`` right; ``right_inconsistent``: scored right with a wrong

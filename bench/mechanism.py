@@ -29,7 +29,7 @@ the committed pairs, drawn but not tabled), its y axis linear within ±0.05 and 
 
     python bench/mechanism.py results/mechanism/sym-1.0 results/mechanism/asym ... [--plots DIR] [--json FILE] \
         [--also results/tiny-model-evidence ...]
-    python bench/mechanism.py --rules results/mechanism/*/      # the decision rules of docs/results.md §12
+    python bench/mechanism.py --rules results/mechanism/*/      # the decision rules of docs/results/mechanism.md
     python bench/mechanism.py --curves results/mechanism/p1-rho1  # learning curves: means over seeds per step
     python bench/mechanism.py --tally hacpo naive results/mechanism/*/  # where hacpo is ahead of / behind naive
 """
@@ -457,7 +457,7 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
     return written
 
 
-# ---- the decision rules of docs/results.md §12, applied to summary.json (no training, no new statistics) ----
+# ---- the decision rules of docs/results/mechanism.md, applied to summary.json (no training, no new statistics) ----
 
 MARGIN = 0.02  # the smallest difference the rules call a gain, a loss or a correction that matters
 MIN_SEEDS = 8  # the study's floor
@@ -665,7 +665,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--also", nargs="+", type=Path, default=[], metavar="DIR",
                    help="further comparisons (the committed pairs) drawn in the rescue picture only")
     p.add_argument("--rules", action="store_true",
-                   help="print the decision rules' table (docs/results.md §12) instead of the measures")
+                   help="print the decision rules' table (docs/results/mechanism.md) instead of the measures")
     p.add_argument("--curves", action="store_true",
                    help="print each arm's learning curves (means over seeds at every evaluated step) instead")
     p.add_argument("--tally", nargs=2, metavar=("ALGO", "BASE"),

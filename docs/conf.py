@@ -24,7 +24,7 @@ extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 
-# Markdown: GitHub-style anchors for headings down to ###, so links such as results.md#6-... resolve
+# Markdown: GitHub-style anchors for headings down to ###, so links such as results/tiny-pairs.md#6-... resolve
 myst_heading_anchors = 3
 myst_enable_extensions = ["dollarmath"]
 

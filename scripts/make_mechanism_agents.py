@@ -42,7 +42,7 @@ Generation budgets: ``add2-trace`` needs 20 tokens at most (``9+9=18,9+9+1=19>19
 
 Measured here (2026-12-04, ``torch.backends.cpu.get_cpu_capability()`` AVX512, one torch thread, two processes
 side by side on 2 cores, so wall times vary about 2x): the agents the mechanism study ran on
-(docs/results.md §12), as their manifests record them: held-out greedy accuracy on 1000 test problems, and the
+(docs/results/mechanism.md), as their manifests record them: held-out greedy accuracy on 1000 test problems, and the
 seconds the warm start took.
 
 | agent | steps | test accuracy | warm start |
@@ -65,7 +65,7 @@ minutes of one thread.
 **Deterministic on one kind of CPU, not across kinds.** Built again on a 2-core AMD EPYC with AVX2 only
 (2026-12-05, one thread, beside one other process), the same plans stop at other steps, since float rounding
 differs between the AVX2 and AVX512 kernels and the warm starts are long: the agents of the study's second
-session (docs/results.md §12):
+session (docs/results/mechanism.md):
 
 | agent | steps | test accuracy | plan's wall time |
 |---|---|---|---|

@@ -4,7 +4,7 @@ The figure (docs/img/tiny-model-curves.png) is each agent's held-out accuracy ag
 hacpo, gspo, gspo2x and imitation, drawn by the report's own :func:`hacrl.report.plots.draw_curves`. The
 table gives each algorithm's final accuracy and hacpo's paired difference to it (the report's bootstrap
 interval), for the weaker agent first. Both say on which CPU the comparison ran: summary.json does not record
-it, so ``MEASURED_ON`` holds it per comparison (from docs/results.md §9) and ``--cpu`` overrides it.
+it, so ``MEASURED_ON`` holds it per comparison (from docs/results/tiny-pairs.md §9) and ``--cpu`` overrides it.
 
 Run (a few seconds; matplotlib from the ``report`` extra, only for the figure):
 

@@ -1,4 +1,4 @@
-"""bench/e4_partner.py, E4's partner pre-flight: its variants are the recipes docs/results.md §12.8 names, the one
+"""bench/e4_partner.py, E4's partner pre-flight: its variants are the recipes docs/results/mechanism.md §12.8 names, the one
 chosen is the shipped unfaithful copy (same cache hash), and a wrong variant is a one-line error. No model is made."""
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def test_every_registered_sharing_method_has_a_fixed_colour_slot(mech):
     assert len(mech.ARM_ORDER) == len(set(mech.ARM_ORDER)) <= mech.SLOTS
 
 
-# ---- the decision rules (docs/results.md §12) on literal summary.json contrasts ----
+# ---- the decision rules (docs/results/mechanism.md) on literal summary.json contrasts ----
 
 def _vs(mean, lo, hi, seed_lo, seed_hi, n=10):
     return {"mean": mean, "n": n, "interval": {"lo": lo, "hi": hi}, "seed_interval": {"lo": seed_lo, "hi": seed_hi}}

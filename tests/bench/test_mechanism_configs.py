@@ -41,7 +41,7 @@ def test_cell_config_loads_with_the_tiny_settings(path, generated_agents):
     assert (cfg.trainer.steps, cfg.trainer.batch_size, cfg.rollout.rollouts_per_prompt) == (30, 16, 8)
     assert (cfg.trainer.eval_size, cfg.trainer.eval_every, cfg.trainer.threads) == (1000, 10, 1)
     assert (cfg.algorithm.alpha, cfg.algorithm.delta) == (1.0, 0.6)
-    # E2's trace cells run at lr 1e-4: at 3e-4 GSPOx2 dropped F_weak from 0.348 to 0.186 (docs/results.md §12)
+    # E2's trace cells run at lr 1e-4: at 3e-4 GSPOx2 dropped F_weak from 0.348 to 0.186 (docs/results/mechanism.md)
     lr = 1e-4 if cfg.task.name == "add2-trace" else 3e-4
     assert all(a.lr == lr for a in cfg.agents) and len(cfg.agents) == 2
     task = get_task(cfg.task.name)

@@ -242,7 +242,7 @@ SFT_SEED = 10_000_000  # reasoning-gym item seeds far from any run's train (run.
 SFT_HELD_OUT = 2000  # the fine-tuning questions leave out the first 2,000 held-out problems of SFT_TASK
 SFT_DATA_VERSION = 2  # bump when sft_examples draws other examples: 2 = distinct, held-out questions left out
 SFT_RECIPE = {"examples": 64, "epochs": 1, "batch_size": 8, "lr": 1e-3, "r": 8, "alpha": 16.0, "seed": 0}
-# gentler copies, nearer the shipped model token by token (docs/results.md measures how near):
+# gentler copies, nearer the shipped model token by token (docs/results/smollm2.md measures how near):
 # ``-light`` takes the same 8 steps at a fifth of the learning rate, ``-short`` 2 steps at the same one
 # ``gemma-3-270m-sft``: Gemma 3 270M (base) given the same warm-up on the same 64 answers, so that a SmolLM2
 # + Gemma pair differs in architecture, tokenizer and capability but not in which agent was shown the format
@@ -250,7 +250,7 @@ SFT_RECIPE = {"examples": 64, "epochs": 1, "batch_size": 8, "lr": 1e-3, "r": 8, 
 GEMMA3_SFT = f"{GEMMA3}-sft"
 # ``-unfaithful``: answers whose working states a wrong value and whose box is right ("58 + 98 = 973. The answer
 # is \\boxed{156}.", :func:`hacrl.data.gym.unfaithful_value`): a partner whose verified answers carry reasoning the
-# verifier does not check (the mechanism study's E4, docs/results.md §12.8). Four times the examples and four
+# verifier does not check (the mechanism study's E4, docs/results/mechanism.md §12.8). Four times the examples and four
 # epochs (128 steps, not 8): with the 8 steps of the faithful recipe the copy boxes a number as wrong as its
 # working and solves 4% of the held-out problems; with 128 it solves 26%, 18% with a wrong working (§12.8)
 SMOLLM2_UNFAITHFUL = f"{SMOLLM2_SFT}-unfaithful"

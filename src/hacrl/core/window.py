@@ -3,7 +3,7 @@
 HACPO's cross term clip(s, ℓ_m, 1) · sg(·)^α · ω · A gives no gradient to a cross answer whose ratio s lies
 outside [ℓ_m, 1], whatever its advantage. With the paper's fixed ℓ_0 = 1 − δ, how many cross answers count
 depends on how far apart the two agents' distributions are — model, learning rate, training state — so δ
-has to be swept per pair (docs/results.md: 6–28% inside at δ = 0.2 on the tiny pairs, 0% on SmolLM2's).
+has to be swept per pair (docs/results/tiny-pairs.md and smollm2.md: 6–28% inside at δ = 0.2 on the tiny pairs, 0% on SmolLM2's).
 
 The adaptive window widens ℓ_0 for each (learner, source) pair just enough that a target share of that
 source's cross answers lies inside [ℓ_0, 1], never narrower than the configured δ and never below a floor:
