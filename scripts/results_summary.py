@@ -181,9 +181,9 @@ def _diff_cells(results: dict[str, Any], ref: str, algo: str, records: bool) -> 
     boot, seed = paired(results, ref, algo)
     if boot is None and seed is None:
         return ["not paired", "—"]
-    if boot is None:
-        return ["no per-problem records" if not records else "—", f"{_signed(seed['mean'])} "
-                f"{_bracket(seed['lo'], seed['hi'])}" if seed else "—"]
+    if boot is None:  # so seed is not None
+        return ["no per-problem records" if not records else "—",
+                f"{_signed(seed['mean'])} {_bracket(seed['lo'], seed['hi'])}"]
     b = f"{_signed(boot['mean'])} {_bracket(boot['lo'], boot['hi'])}"
     if seed is None:
         return [b, "— (one seed)" if len(results[algo]["final"].get("by_seed", {})) < 2 else "—"]
