@@ -263,11 +263,11 @@ class AgentPlan:
 
 
 def _inputs(cfg: Config, spec: AgentSpec, prompt_tokens: int | None) -> PlanInputs:
-    from hacrl.learner.algorithms import ALGORITHMS
+    from hacrl.learner.algorithms import resolve
 
-    try:
-        multiplier = int(getattr(ALGORITHMS.get(cfg.algorithm.name), "rollout_multiplier", 1))
-    except KeyError:
+    try:  # a config the trainer would refuse is still planned, at G answers per prompt
+        multiplier = resolve(cfg.algorithm).rollout_multiplier
+    except (KeyError, ValueError):
         multiplier = 1
     return PlanInputs(prompt_tokens or spec.max_prompt_tokens, spec.max_answer_tokens or cfg.rollout.max_new_tokens,
                       cfg.trainer.batch_size * cfg.rollout.rollouts_per_prompt * multiplier)

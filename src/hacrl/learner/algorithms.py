@@ -163,12 +163,17 @@ for _algo in (
     ALGORITHMS.add(_algo.name, _algo)
 
 
+def has_cross_window(algo: Algorithm) -> bool:
+    """Whether ``algo``'s loss clips partner answers to a cross window, the only loss that reads ``cross_lower``
+    (shared pool, HACPO's loss, the cross clip on)."""
+    return algo.shares_pool and algo.loss == "hacpo" and algo.cross_clip
+
+
 def adaptive_window(algo: Algorithm, cross_window: str) -> bool:
     """Whether a run's learners set their cross window adaptively: ``hacpo-adaptive``, or
-    ``algorithm.cross_window: adaptive`` with an algorithm that has a cross window (shared pool, HACPO's loss,
-    the cross clip on)."""
-    has_window = algo.shares_pool and algo.loss == "hacpo" and algo.cross_clip
-    return has_window and (algo.adaptive_window or cross_window == "adaptive")
+    ``algorithm.cross_window: adaptive`` with an algorithm that has a cross window (``has_cross_window``; without
+    one there is no window to adapt, and none is kept). ``algo`` is the run's composed algorithm (``resolve``)."""
+    return has_cross_window(algo) and (algo.adaptive_window or cross_window == "adaptive")
 
 
 def uses_trust(algo: Algorithm) -> bool:
@@ -221,15 +226,20 @@ def check_ingredients(algo: Algorithm) -> None:
     if algo.negatives != "keep" and algo.loss != "partner":
         raise ValueError(f"algorithm.negatives={algo.negatives}: only the partner loss filters negatives "
                          "(partner_weight truncated_is, gate or shaping)")
+    if algo.adaptive_window and not has_cross_window(algo):  # its one difference from hacpo would be dropped
+        raise ValueError(f"algorithm.partner_weight={algo.partner_weight}: {algo.name} adapts HACPO's cross window, "
+                         f"which the {algo.loss} loss does not have; leave partner_weight out or compose from hacpo")
 
 
 def resolve(a: AlgorithmConfig) -> Algorithm:
-    """The run's algorithm: ``algorithm.name``'s, with the ingredients the config sets (``compose``)."""
+    """The run's algorithm: ``algorithm.name``'s, with the ingredients the config sets (``compose``). The one
+    lookup of a run's algorithm: its readers (trainer, workers, window, plan, report) take this, never the bare
+    name's, which would ignore the ingredients. Raises KeyError (unknown name) or ValueError (``compose``)."""
     return compose(ALGORITHMS.get(a.name), **{k: getattr(a, k) for k in INGREDIENTS})
 
 
 def derive_for(cfg: Config) -> Derived:
     """``hacrl.config.derive`` for ``cfg``'s algorithm, as the trainer resolves it once for every worker; for a
     worker built on its own (tests, benchmarks), not through ``hacrl.backends.make_backend``."""
-    algo = ALGORITHMS.get(cfg.algorithm.name)
+    algo = resolve(cfg.algorithm)
     return derive(cfg, shares_pool=algo.shares_pool, rollout_multiplier=algo.rollout_multiplier, needs_groups=True)

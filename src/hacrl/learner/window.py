@@ -14,7 +14,7 @@ import torch
 
 from hacrl.config import Config
 from hacrl.core.window import CrossWindow
-from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
+from hacrl.learner.algorithms import adaptive_window, resolve
 from hacrl.run import checkpoint as ckpt
 
 WINDOW_FILE = "cross_window.pt"
@@ -30,9 +30,10 @@ class LearnerWindow:
 
     @classmethod
     def for_run(cls, cfg: Config, learner: int) -> LearnerWindow | None:
-        """The window of agent ``learner`` of ``cfg``; None where the run keeps the fixed 1 − δ."""
+        """The window of agent ``learner`` of ``cfg``; None where the run keeps the fixed 1 − δ, or where its
+        composed algorithm's loss has no cross window to adapt (``adaptive_window``)."""
         a = cfg.algorithm
-        if not adaptive_window(ALGORITHMS.get(a.name), a.cross_window):
+        if not adaptive_window(resolve(a), a.cross_window):
             return None
         return cls(learner, [s.id for s in cfg.agents], delta=a.delta, target=a.window_target, floor=a.window_floor,
                    smoothing=a.window_smoothing)

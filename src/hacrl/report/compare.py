@@ -33,9 +33,10 @@ from typing import Any
 
 from hacrl.config import Config, ConfigError, derive, load_config
 from hacrl.errors import InputError
-from hacrl.learner.algorithms import ALGORITHMS
+from hacrl.learner.algorithms import resolve
 from hacrl.report.parallel import JOBS_BACKENDS, Job, lane_threads, lanes_line, run_jobs
 from hacrl.report.plots import write_plots
+from hacrl.report.reading import parse_variant
 from hacrl.report.render import render_report
 from hacrl.report.runs import (
     RunOutcome,
@@ -70,27 +71,6 @@ def parse_algos(algos: str | Sequence[str]) -> list[str]:
     if dupes:
         raise ConfigError(f"--algos: {dupes[0]!r} is listed twice; list each algorithm once")
     return names
-
-
-def parse_variant(label: str) -> tuple[str, list[str]]:
-    """``"hacpo@delta=0.6@window_target=0.5"`` → ("hacpo", ["algorithm.delta=0.6", "algorithm.window_target=0.5"]).
-
-    >>> parse_variant("hacpo@delta=0.6@trainer.lr=1e-4")
-    ('hacpo', ['algorithm.delta=0.6', 'trainer.lr=1e-4'])
-    """
-    name, *settings = label.split("@")
-    if name not in ALGORITHMS:
-        raise ConfigError(f"--algos: unknown algorithm {name!r}; valid: {', '.join(ALGORITHMS.listing())}")
-    overrides = []
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise ConfigError(f"--algos {label!r}: {item!r} is not key=value; write e.g. {name}@delta=0.6")
-        key = key.strip() if "." in key else f"algorithm.{key.strip()}"
-        if key in ("algorithm.name", "run.seed"):
-            raise ConfigError(f"--algos {label!r}: {key} is set by compare; list another algorithm or seed instead")
-        overrides.append(f"{key}={value.strip()}")
-    return name, overrides
 
 
 def parse_baselines(baselines: str | Sequence[str], algos: Sequence[str]) -> list[str]:
@@ -317,10 +297,13 @@ def _run_configs(preset: str | None, config_path: Path | None, overrides: list[s
     configs: dict[tuple[str, int], Config] = {}
     for algo in algos:
         name, own = parse_variant(algo)
-        a = ALGORITHMS.get(name)
         for s in seeds:
             cfg = load_config(preset, config_path, [*overrides, *own, f"algorithm.name={name}", f"run.seed={s}"])
             cfg = _epochs_counted(cfg, tasks)
+            try:  # the algorithm as the trainer composes it, ingredients that do not fit it refused here
+                a = resolve(cfg.algorithm)
+            except ValueError as exc:
+                raise ConfigError(f"--algos {algo!r}: {exc}") from None
             derive(cfg, shares_pool=a.shares_pool, rollout_multiplier=a.rollout_multiplier, needs_groups=True)
             configs[algo, s] = cfg
     return configs

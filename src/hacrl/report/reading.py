@@ -1,4 +1,5 @@
-"""The report's reading of a comparison's summary: the algorithm a label names and whether it is a default
+"""The report's reading of a comparison's summary: the algorithm a label names (``NAME@key=value...``,
+:func:`parse_variant`; composed as the trainer composes it, :func:`algorithm_of`) and whether it is a default
 baseline, the claim a paired difference supports (:func:`mark`), the opening table of every algorithm against
 every baseline (:func:`answer_rows`), and the plain-language paragraphs of the report's "Reading" section
 (:func:`automatic_reading`), which claim a gain or a loss only where the interval excludes 0.
@@ -9,12 +10,42 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hacrl.learner.algorithms import ALGORITHMS, Algorithm
+from hacrl.config import AlgorithmConfig, ConfigError, apply_override
+from hacrl.learner.algorithms import ALGORITHMS, INGREDIENTS, Algorithm, resolve
+
+
+def parse_variant(label: str) -> tuple[str, list[str]]:
+    """``"hacpo@delta=0.6@window_target=0.5"`` → ("hacpo", ["algorithm.delta=0.6", "algorithm.window_target=0.5"]).
+
+    >>> parse_variant("hacpo@delta=0.6@trainer.lr=1e-4")
+    ('hacpo', ['algorithm.delta=0.6', 'trainer.lr=1e-4'])
+    """
+    name, *settings = label.split("@")
+    if name not in ALGORITHMS:
+        raise ConfigError(f"--algos: unknown algorithm {name!r}; valid: {', '.join(ALGORITHMS.listing())}")
+    overrides = []
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"--algos {label!r}: {item!r} is not key=value; write e.g. {name}@delta=0.6")
+        key = key.strip() if "." in key else f"algorithm.{key.strip()}"
+        if key in ("algorithm.name", "run.seed"):
+            raise ConfigError(f"--algos {label!r}: {key} is set by compare; list another algorithm or seed instead")
+        overrides.append(f"{key}={value.strip()}")
+    return name, overrides
 
 
 def algorithm_of(label: str) -> Algorithm:
-    """The algorithm a comparison's label names (``hacpo@delta=0.6`` → hacpo)."""
-    return ALGORITHMS.get(label.split("@")[0])
+    """The algorithm a comparison's label runs: its name's, composed with the ingredients the label sets, as the
+    trainer resolves it (``hacpo@delta=0.6`` → hacpo; ``hacpo@partner_weight=ratio`` → hacpo with GSPO's loss).
+    Settings given to every run (``--set``) are not in the label. Raises ConfigError (a label ``parse_variant``
+    refuses: an unknown name) or ValueError (ingredients that do not fit the algorithm)."""
+    name, overrides = parse_variant(label)
+    tree: dict[str, Any] = {}
+    for assignment in overrides:
+        apply_override(tree, assignment)
+    section = tree.get("algorithm", {})
+    return resolve(AlgorithmConfig(name=name, **{k: v for k, v in section.items() if k in INGREDIENTS}))
 
 
 def is_baseline(label: str) -> bool:
@@ -75,7 +106,7 @@ def missing_baselines(summary: dict[str, Any]) -> list[str]:
     for label in summary.get("algorithms", []):
         try:
             known[label] = algorithm_of(label)
-        except KeyError:  # a label no registered algorithm answers to (a hand-made summary): no baseline
+        except ValueError:  # a label no registered algorithm answers to (a hand-made summary): no baseline
             continue
     if not any(a.shares_pool for a in known.values()):
         return []

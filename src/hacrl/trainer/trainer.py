@@ -36,7 +36,7 @@ from hacrl.backends import make_backend
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict, with_epoch_steps
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task, task_scorer
-from hacrl.learner.algorithms import ALGORITHMS, resolve, uses_trust
+from hacrl.learner.algorithms import resolve, uses_trust
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
@@ -98,17 +98,15 @@ class Trainer:
                  sinks: bool = True) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
-        try:
-            self.algo = ALGORITHMS.get(cfg.algorithm.name)
+        try:  # the named algorithm with the ingredients the config sets (algorithm.share_prompts, ...), which must fit
+            self.algo = resolve(cfg.algorithm)
         except KeyError as exc:
             raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
-        try:  # the ingredients the config sets (algorithm.share_prompts, ...) must fit the algorithm
-            resolved = resolve(cfg.algorithm)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if uses_trust(resolved) and cfg.trainer.mode == "async":
+        if uses_trust(self.algo) and cfg.trainer.mode == "async":
             raise ConfigError("algorithm: trust reads lock-step validation checks; set trainer.mode=lockstep")
-        if cfg.algorithm.trust_budget and not uses_trust(resolved):
+        if cfg.algorithm.trust_budget and not uses_trust(self.algo):
             raise ConfigError(f"algorithm.trust_budget: {cfg.algorithm.name} holds no trust to move the budget by; "
                               f"set algorithm.name=trust or drop trust_budget")
         self.derived = derive(cfg, shares_pool=self.algo.shares_pool,
@@ -143,7 +141,7 @@ class Trainer:
         self.eval_problems = self.task.test_problems(cfg.trainer.eval_size)
         # the trust method's validation slice of the training split (hacrl.trainer.validation); None: no checks
         self.validation = (validation.validation_slice(self.task.train_problems(validation.VALIDATION_SEED),
-                                                       cfg.algorithm.trust_val_size) if uses_trust(resolved) else None)
+                                                       cfg.algorithm.trust_val_size) if uses_trust(self.algo) else None)
         self.benchmarks = load_benchmarks(cfg)
         check_finetune_overlap(cfg.agents, self.eval_problems, *(ps for ps, _ in self.benchmarks.values()))
         self.scorer = task_scorer(self.task, cfg.task)
