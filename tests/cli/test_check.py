@@ -120,3 +120,15 @@ def test_the_check_counts_epochs_as_training_does(tmp_path, monkeypatch, capsys)
     assert main(["train", "--preset", "tiny-test", *data, "--set", "trainer.steps=null", "--set",
                  "trainer.num_train_epochs=1", "--check"]) == 0
     assert not (tmp_path / "runs").exists()
+
+
+def test_settings_that_do_not_fit_the_algorithm_are_found_before_anything_loads(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--preset", "tiny-test", "--set", "algorithm.trust_budget=true", "--check"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[1].strip() == ("[config] algorithm.trust_budget: hacpo holds no trust to move the "
+                                                "budget by; set algorithm.name=trust or drop trust_budget"), err
+    assert main(["train", "--preset", "tiny-test", "--set", "algorithm.name=trust", "--set", "trainer.mode=async",
+                 "--check"]) == 2
+    assert "trainer.mode=async: trust reads lock-step validation checks" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

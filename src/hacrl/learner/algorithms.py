@@ -238,8 +238,21 @@ def resolve(a: AlgorithmConfig) -> Algorithm:
     return compose(ALGORITHMS.get(a.name), **{k: getattr(a, k) for k in INGREDIENTS})
 
 
+def check_run(cfg: Config, algo: Algorithm) -> None:
+    """Raise ValueError (one line naming the key) where the run's other settings do not fit its resolved
+    ``algo``: trust's checks need the lock-step mode, and ``algorithm.trust_budget`` needs a trust to read.
+    The trainer and ``hacrl train --check`` (through ``derive_for``) both call it, before any model loads."""
+    if uses_trust(algo) and cfg.trainer.mode == "async":
+        raise ValueError("trainer.mode=async: trust reads lock-step validation checks; set trainer.mode=lockstep")
+    if cfg.algorithm.trust_budget and not uses_trust(algo):
+        raise ValueError(f"algorithm.trust_budget: {cfg.algorithm.name} holds no trust to move the budget by; "
+                         f"set algorithm.name=trust or drop trust_budget")
+
+
 def derive_for(cfg: Config) -> Derived:
     """``hacrl.config.derive`` for ``cfg``'s algorithm, as the trainer resolves it once for every worker; for a
-    worker built on its own (tests, benchmarks), not through ``hacrl.backends.make_backend``."""
+    worker built on its own (tests, benchmarks), not through ``hacrl.backends.make_backend``. Also
+    :func:`check_run`."""
     algo = resolve(cfg.algorithm)
+    check_run(cfg, algo)
     return derive(cfg, shares_pool=algo.shares_pool, rollout_multiplier=algo.rollout_multiplier, needs_groups=True)

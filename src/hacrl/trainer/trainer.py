@@ -36,7 +36,7 @@ from hacrl.backends import make_backend
 from hacrl.config import Config, ConfigError, derive, dump_config, resume_conflict, with_epoch_steps
 from hacrl.core import CapabilityTracker
 from hacrl.data.factory import build_task, task_scorer
-from hacrl.learner.algorithms import resolve, uses_trust
+from hacrl.learner.algorithms import check_run, resolve, uses_trust
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rewards.math_reward import warn_if_no_math_verify
@@ -104,11 +104,10 @@ class Trainer:
             raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if uses_trust(self.algo) and cfg.trainer.mode == "async":
-            raise ConfigError("algorithm: trust reads lock-step validation checks; set trainer.mode=lockstep")
-        if cfg.algorithm.trust_budget and not uses_trust(self.algo):
-            raise ConfigError(f"algorithm.trust_budget: {cfg.algorithm.name} holds no trust to move the budget by; "
-                              f"set algorithm.name=trust or drop trust_budget")
+        try:
+            check_run(cfg, self.algo)  # the settings that must fit the algorithm (also in hacrl train --check)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.derived = derive(cfg, shares_pool=self.algo.shares_pool,
                               rollout_multiplier=self.algo.rollout_multiplier, needs_groups=True)
         self.logger_names = resolve_loggers(cfg.run) if sinks else []  # a missing listed logger stops here
