@@ -7,6 +7,7 @@ One-token answers make ℓ̄_θ the token's log-prob, so s = exp(logp − old) a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -195,6 +196,39 @@ def test_full_trust_is_naive_above_the_floor():
     naive.backward()
     assert_close(logp_BT.grad[:4, 0], naive_logp.grad[:4, 0])
     assert float(logp_BT.grad[4, 0]) == 0.0 and float(naive_logp.grad[4, 0]) != 0.0
+
+
+def test_the_trained_mean_divides_by_the_rows_that_train_by_hand():
+    # the rows of the first hand test, with trust_mean=trained: the own row weighs 1, the cut partner row 0, the kept
+    # one its τ 0.5, so the mean is over 1.5 rows: loss −1.25/1.5, gradients −1/1.5, 0, −0.25/1.5
+    inputs, logp_BT = _rows([0.0, math.log(0.05), math.log(0.5)], [1.0, 1.0, 1.0], [True, False, False],
+                            [1.0, 0.5, 0.5], [0.0, 0.1, 0.1])
+    loss, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), partner_term="trust", **KW)
+    assert float(loss.detach()) == pytest.approx(-1.25 / 1.5)
+    loss.backward()
+    assert_close(logp_BT.grad[:, 0], torch.tensor([-1 / 1.5, 0.0, -0.25 / 1.5], dtype=torch.float64))
+
+
+def test_zero_trust_with_the_trained_mean_is_gspo_on_the_own_rows_exactly():
+    logps, adv = [math.log(1.1), math.log(0.9), math.log(0.9), math.log(1.5)], [1.0, -1.0, 1.0, -1.0]
+    inputs, logp_BT = _rows(logps, adv, [True, True, False, False], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0])
+    loss, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), partner_term="trust", **KW)
+    loss.backward()
+    own = torch.tensor([[logps[0]], [logps[1]]], dtype=torch.float64, requires_grad=True)
+    alone, _ = gspo_loss(LossInputs(logp_BT=own, mask_BT=torch.ones_like(own, dtype=torch.bool),
+                                    advantages_B=torch.tensor(adv[:2], dtype=torch.float64),
+                                    old_logp_mean_B=torch.zeros(2, dtype=torch.float64)), **KW)
+    alone.backward()
+    assert float(loss.detach()) == pytest.approx(float(alone.detach()))  # not scaled by the own share 2/4
+    assert_close(logp_BT.grad[:2, 0], own.grad[:, 0])
+
+
+def test_the_trained_mean_is_the_plain_mean_when_every_row_trains_at_full_trust():
+    logps, adv = [math.log(1.1), math.log(0.3), math.log(0.8)], [1.0, 1.0, -1.0]
+    inputs, _ = _rows(logps, adv, [True, False, False], [1.0] * 3, [0.0, 0.1, 0.1])
+    plain, _ = partner_loss(inputs, partner_term="trust", **KW)
+    trained, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), partner_term="trust", **KW)
+    assert float(trained) == pytest.approx(float(plain))
 
 
 # ---- the rollout budget (algorithm.trust_budget) -------------------------------------------------------------------

@@ -138,3 +138,20 @@ def test_the_rollout_budget_needs_the_trust_method(tmp_path):
     cfg = load_config("tiny-test", overrides=["algorithm.name=naive", "algorithm.trust_budget=true"])
     with pytest.raises(ConfigError, match="algorithm.trust_budget: naive holds no trust"):
         Trainer(cfg, tmp_path)
+
+
+def test_the_trained_mean_reaches_the_loss(tmp_path):
+    # a floor of 0.9 cuts some partner answers at full trust: the trained mean divides by fewer rows than all of
+    # them, so the first update's loss differs (the same rollout: the runs share the seed and start)
+    losses = {}
+    for mean in ("all", "trained"):
+        trainer = make_trainer(tmp_path, "trainer.steps=1", "algorithm.trust_floor=0.9", f"algorithm.trust_mean={mean}",
+                               name=mean)
+        try:
+            losses[mean] = trainer.step()
+        finally:
+            trainer.close()
+    for agent, partner in (("qwen-char", "llama-bpe"), ("llama-bpe", "qwen-char")):
+        assert losses["all"][f"agent/{agent}/trust_kept/{partner}"] < 1.0
+        assert losses["all"]["agent/qwen-char/reward"] == losses["trained"]["agent/qwen-char/reward"]  # one rollout
+        assert losses["trained"][f"agent/{agent}/pg_loss"] != pytest.approx(losses["all"][f"agent/{agent}/pg_loss"])

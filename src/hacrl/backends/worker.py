@@ -85,7 +85,8 @@ class AgentWorker:
         a = cfg.algorithm
         self.settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
                                      self.spec.kl_coef, a.imitation_coef, self.derived.rollout_correction,
-                                     a.rollout_correction_cap, a.is_cap, a.gate_threshold, a.shaping_gamma, a.veto_kl)
+                                     a.rollout_correction_cap, a.is_cap, a.gate_threshold, a.shaping_gamma, a.veto_kl,
+                                     trust_mean=a.trust_mean)
         self.step_idx = step
         self._resume_from = resume_from
         self.own = OwnAnswers(index, self.spec.id)  # own answers' tokens, kept from rollout to update

@@ -249,6 +249,10 @@ class AlgorithmConfig(_Section):
                                "N·G answers a prompt of the pooled methods in all (hacrl.core.trust.rollout_budget)")
     trust_budget_min: float = Field(0.5, gt=0, le=1, description="trust_budget: the share of G every agent writes "
                                     "at least")
+    trust_mean: Literal["all", "trained"] = Field(
+        "all", description="trust: the partner loss's mean over every row of a micro-batch (all, as naive) or over "
+        "the rows that train (trained: own rows, and partner rows by their weight where the floor keeps them), so "
+        "cut or distrusted partner answers do not shrink the learner's own step")
     veto_kl: float = Field(0.1, ge=0, description="negatives=veto: the largest per-token KL (−log s) a negative "
                            "partner answer may have")
     rollout_correction: Literal["auto", "off", "truncate", "mask", "masked-is"] = Field(

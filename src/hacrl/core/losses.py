@@ -62,6 +62,10 @@ class LossInputs:
         partner_floor_B: float[B], the lowest ratio s at which each other agent's row still trains (the ``trust``
             method's ℓ_j = floor^τ_j, ``hacrl.core.trust``): a row whose current s lies below it gives no gradient;
             ignored on own rows. Only the partner loss reads it; None: no floor.
+        mean_over_trained: the partner loss's mean runs over the rows that train (own rows 1 each, a partner row
+            its weight if the floor keeps it, 0 if not) instead of over every row (``algorithm.trust_mean``
+            ``trained``): cut or distrusted partner rows then no longer shrink the own rows' step. Only the
+            partner loss reads it.
     """
 
     logp_BT: Tensor
@@ -78,6 +82,7 @@ class LossInputs:
     imitate_share: float | None = None
     partner_weight_B: Tensor | None = None
     partner_floor_B: Tensor | None = None
+    mean_over_trained: bool = False
 
     def __post_init__(self) -> None:
         shape = tuple(self.logp_BT.shape)

@@ -175,7 +175,11 @@ def partner_loss(
 
     obj_B = torch.where(own_B, own_obj_B, partner_obj_B)
     obj_B = torch.where(nonempty_B, obj_B, torch.zeros_like(obj_B))
-    pg_loss = -obj_B.mean()
+    if inputs.mean_over_trained:  # trust_mean=trained: own rows 1 each, a partner row its weight where it trains
+        trained_B = torch.where(own_B, torch.ones_like(g_B), g_B * kept_B.float()) * nonempty_B.float()
+        pg_loss = -obj_B.sum() / trained_B.sum().clamp_min(1.0)
+    else:
+        pg_loss = -obj_B.mean()
     kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, own_B & nonempty_B)
 
     cross_B = ~own_B & nonempty_B

@@ -240,13 +240,16 @@ def resolve(a: AlgorithmConfig) -> Algorithm:
 
 def check_run(cfg: Config, algo: Algorithm) -> None:
     """Raise ValueError (one line naming the key) where the run's other settings do not fit its resolved
-    ``algo``: trust's checks need the lock-step mode, and ``algorithm.trust_budget`` needs a trust to read.
+    ``algo``: trust's checks need the lock-step mode, and ``algorithm.trust_budget`` and ``trust_mean`` need a trust to read.
     The trainer and ``hacrl train --check`` (through ``derive_for``) both call it, before any model loads."""
     if uses_trust(algo) and cfg.trainer.mode == "async":
         raise ValueError("trainer.mode=async: trust reads lock-step validation checks; set trainer.mode=lockstep")
     if cfg.algorithm.trust_budget and not uses_trust(algo):
         raise ValueError(f"algorithm.trust_budget: {cfg.algorithm.name} holds no trust to move the budget by; "
                          f"set algorithm.name=trust or drop trust_budget")
+    if cfg.algorithm.trust_mean != "all" and not uses_trust(algo):
+        raise ValueError(f"algorithm.trust_mean={cfg.algorithm.trust_mean}: {cfg.algorithm.name} holds no trust; "
+                         f"set algorithm.name=trust or drop trust_mean")
 
 
 def derive_for(cfg: Config) -> Derived:
