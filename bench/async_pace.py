@@ -129,7 +129,7 @@ def evaluate(t: Any, k: int, clock: Clock | None = None) -> dict[str, Any]:
 
     start = time.perf_counter()
     params = SamplingParams(n=1, max_new_tokens=t.cfg.rollout.max_new_tokens, greedy=True)
-    handle = t.backend.submit(k, "generate_answers", [p.prompt for p in t.eval_problems], params)
+    handle = t.backend.submit_generate_answers(k, [p.prompt for p in t.eval_problems], params)
     _, answers = t.backend.wait_any([handle])
     res, records = score_answers(t.agent_ids[k], t.eval_problems, answers, t.score)
     if clock is not None:

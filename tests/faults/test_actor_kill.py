@@ -110,14 +110,14 @@ def test_an_actor_killed_by_pid_before_a_rollout_is_named_and_the_run_resumes(tm
     trainer = Trainer(cfg, out)
     pid = next(a["pid"] for a in trainer.agent_info if a["id"] == "llama-bpe")
     assert pid != os.getpid()
-    call = trainer.backend.call
+    rollout = trainer.backend.rollout
 
-    def kill_then_call(method, *args, **kwargs):
-        if method == "rollout" and trainer.step_idx == 1:  # step 1 and its checkpoint done
+    def kill_then_rollout(*args, **kwargs):
+        if trainer.step_idx == 1:  # step 1 and its checkpoint done
             os.kill(pid, signal.SIGKILL)
-        return call(method, *args, **kwargs)
+        return rollout(*args, **kwargs)
 
-    monkeypatch.setattr(trainer.backend, "call", kill_then_call)
+    monkeypatch.setattr(trainer.backend, "rollout", kill_then_rollout)
     with pytest.raises(AgentFailure) as failure:
         trainer.train()
     assert str(failure.value).startswith("agent 'llama-bpe' rank 0: its Ray actor died during rollout ("), failure.value
@@ -185,15 +185,15 @@ def test_in_async_mode_an_actor_killed_mid_run_is_named_and_the_run_resumes_with
     trainer = Trainer(cfg, out)
     pid = next(a["pid"] for a in trainer.agent_info if a["id"] == "llama-bpe")
     llama = trainer.agent_ids.index("llama-bpe")
-    submit, killed = trainer.backend.submit, []
+    submit, killed = trainer.backend.submit_rollout, []
 
-    def kill_then_submit(agent, method, *args, **kwargs):
-        if agent == llama and method == "rollout" and not killed and complete_checkpoints(out / "checkpoints"):
+    def kill_then_submit(agent, *args, **kwargs):
+        if agent == llama and not killed and complete_checkpoints(out / "checkpoints"):
             os.kill(pid, signal.SIGKILL)  # as the OOM killer would, once the first checkpoint is complete
             killed.append(trainer.step_idx)
-        return submit(agent, method, *args, **kwargs)
+        return submit(agent, *args, **kwargs)
 
-    monkeypatch.setattr(trainer.backend, "submit", kill_then_submit)
+    monkeypatch.setattr(trainer.backend, "submit_rollout", kill_then_submit)
     with pytest.raises(AgentFailure) as failure:
         trainer.train()
     assert killed and str(failure.value).startswith("agent 'llama-bpe' rank 0: its Ray actor died during rollout ("), \

@@ -69,17 +69,22 @@ def test_bound_zero_at_equal_speeds_writes_the_lock_step_metrics(tmp_path):
 
 @pytest.fixture
 def speeds(monkeypatch):
-    """Agents of different speeds on the local backend, deterministically: every call still runs in ``submit``,
-    but finishes on a simulated clock at its submit time plus its agent's cost (an update costs twice a rollout),
-    and ``wait_any`` hands out the earliest-finishing call first."""
+    """Agents of different speeds on the local backend, deterministically: every call still runs in its
+    ``submit_*``, but finishes on a simulated clock at its submit time plus its agent's cost (an update costs twice
+    a rollout), and ``wait_any`` hands out the earliest-finishing call first."""
     def install(cost: list[float]) -> None:
         finish: dict[int, float] = {}
         now = [0.0]
-        real_submit = LocalBackend.submit
+        real_rollout, real_update = LocalBackend.submit_rollout, LocalBackend.submit_update
 
-        def submit(self, agent, method, *args, **kwargs):
-            handle = real_submit(self, agent, method, *args, **kwargs)
-            finish[id(handle)] = now[0] + cost[agent] * (2 if method == "update" else 1)
+        def submit_rollout(self, agent, *args, **kwargs):
+            handle = real_rollout(self, agent, *args, **kwargs)
+            finish[id(handle)] = now[0] + cost[agent]
+            return handle
+
+        def submit_update(self, agent, request):
+            handle = real_update(self, agent, request)
+            finish[id(handle)] = now[0] + cost[agent] * 2
             return handle
 
         def wait_any(self, handles: list[Handle], timeout=None):
@@ -89,7 +94,8 @@ def speeds(monkeypatch):
             now[0] = finish.pop(id(first))
             return first, first.ref
 
-        monkeypatch.setattr(LocalBackend, "submit", submit)
+        monkeypatch.setattr(LocalBackend, "submit_rollout", submit_rollout)
+        monkeypatch.setattr(LocalBackend, "submit_update", submit_update)
         monkeypatch.setattr(LocalBackend, "wait_any", wait_any)
     return install
 

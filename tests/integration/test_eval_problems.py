@@ -77,10 +77,10 @@ def evaluate_once(tmp_path, *overrides):
     run = tmp_path / "run"
     run.mkdir()
     trainer = Trainer(cfg, run)
-    trainer.generate_calls = []  # the generation requests the evaluation sent, as (method, params) per agent
-    call = trainer.backend.call
-    trainer.backend.call = lambda method, *args, **kw: (
-        trainer.generate_calls.append((method, [params for _, params in args[0]])) or call(method, *args, **kw))
+    trainer.generate_calls = []  # the generation requests the evaluation sent to every agent: their params
+    generate = trainer.backend.generate_answers
+    trainer.backend.generate_answers = lambda prompts, params: (  # type: ignore[method-assign]
+        trainer.generate_calls.append(params) or generate(prompts, params))
     try:
         metrics = trainer.evaluate()
         # the engine's greedy answers to the same prompts, in one batch as the worker sends them
@@ -101,7 +101,7 @@ def test_trainer_writes_a_record_per_agent_and_suite_that_matches_eval_jsonl(tmp
     # greedy: the task's split, then the benchmark; sampled (the task's split only) at the training settings
     greedy, sampled = (SamplingParams(n=1, max_new_tokens=4, greedy=True),
                        SamplingParams(n=3, temperature=0.8, top_p=0.95, max_new_tokens=4))
-    assert trainer.generate_calls == [("generate_answers", [p, p]) for p in (greedy, greedy, sampled)]
+    assert trainer.generate_calls == [greedy, greedy, sampled]
     totals, records = read_jsonl(trainer.run_dir / "eval.jsonl"), read_problem_evals(trainer.run_dir)
     assert [(r["step"], r["agent"], r.get("task"), r.get("benchmark")) for r in records] == [
         (0, "qwen-char", "add2", None), (0, "qwen-char", None, "gsm8k"),
@@ -150,7 +150,7 @@ def test_an_answer_cut_by_the_budget_is_unfinished(tmp_path, k):
     # one greedy answer per problem and agent, k sampled ones with trainer.eval_k (none at 0, not even a
     # request); trainer.eval_budget's longer answers only when asked for (at the start and the end)
     greedy, sampled = SamplingParams(n=1, max_new_tokens=3, greedy=True), SamplingParams(n=1, max_new_tokens=3)
-    assert trainer.generate_calls == [("generate_answers", [p, p]) for p in [greedy, sampled][:k + 1]]
+    assert trainer.generate_calls == [greedy, sampled][:k + 1]
     assert sorted(metrics) == sorted(f"eval/{a}/{m}" for a in ("qwen-char", "llama-bpe")
                                      for m in ["greedy_acc", "sampled_avg@1", "sampled_pass@1"][:2 * k + 1])
     first = read_problem_evals(trainer.run_dir)[0]

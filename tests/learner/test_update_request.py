@@ -1,5 +1,5 @@
-"""The update's message (``hacrl.learner.request.UpdateRequest``): the driver builds one per learner, the
-backend hands it to the worker as it is (locally the same object; on Ray a pickled copy), and the worker's
+"""The update's message (``hacrl.learner.request.UpdateRequest``): the driver builds one for the step, the
+backend hands it to every worker as it is (locally the same object; on Ray a pickled copy), and the worker's
 update reads every field from it."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_a_request_is_frozen_and_survives_pickling_field_by_field():
 
 
 @pytest.mark.model
-def test_the_local_backend_hands_each_worker_its_request_and_the_derived_values(monkeypatch):
+def test_the_local_backend_hands_every_worker_the_request_and_the_derived_values(monkeypatch):
     cfg = load_config("tiny-test", overrides=["algorithm.name=gspo"])
     derived = derive_for(cfg)
     backend = LocalBackend(cfg, derived)
@@ -49,16 +49,16 @@ def test_the_local_backend_hands_each_worker_its_request_and_the_derived_values(
         assert all(w.derived is derived for w in backend.workers)  # handed, not resolved again
         problems = [Problem(f"p{i}", f"{i}+{i}=", str(2 * i)) for i in range(cfg.trainer.batch_size)]
         params = SamplingParams(n=derived.group_size, temperature=1.0, top_p=1.0, max_new_tokens=4)
-        answers = backend.call("rollout", [([p.prompt for p in problems], params)] * 2, recompute=False)
-        pools = [TrajectoryPool(problems, [dataclasses.replace(t, reward=float(i % 2)) for i, t in enumerate(a)])
-                 for a, _ in answers]
-        requests = [_request(pool) for pool in pools]
+        answers = backend.rollout([p.prompt for p in problems], [params] * 2, recompute=False)
+        pool = TrajectoryPool(problems, [dataclasses.replace(t, reward=float(i % 2))
+                                         for a, _ in answers for i, t in enumerate(a)])
+        request = _request(pool)
         seen: list[UpdateRequest] = []
         for w in backend.workers:
             real = w.update
             monkeypatch.setattr(w, "update", lambda r, _real=real: (seen.append(r), _real(r))[1])
-        results = backend.call("update", [(r,) for r in requests])
-        assert [s is r for s, r in zip(seen, requests, strict=True)] == [True, True]
+        results = backend.update(request)
+        assert [s is request for s in seen] == [True, True]
         # gspo, B = 4 prompts x G = 4 own answers: 16 rows in minibatches of Derived's size, one step each
         assert (derived.minibatch_size, derived.num_minibatches) == (8, 2)
         assert [m["optimizer_steps"] for m in results] == [2, 2]

@@ -17,6 +17,7 @@ import logging
 import math
 import signal
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ import torch
 from hacrl.config import load_config
 from hacrl.core import CapabilityTracker
 from hacrl.errors import InputError
+from hacrl.learner.request import UpdateRequest
 from hacrl.pool import TrajectoryPool
 from hacrl.rewards import ScoreResult
 from hacrl.rollout import SamplingParams
@@ -65,21 +67,23 @@ def scripted_score(texts: list[str], _problems: list[Problem]) -> ScoreResult:
 
 
 class Scripted:
-    """A backend whose agents answer and update as scripted: ``answers[i]`` are agent i's answers to any batch,
-    ``updates[i]`` its update metrics; every call is recorded."""
+    """A backend (the lock-step methods of ``hacrl.backends.Backend`` that a step calls) whose agents answer and
+    update as scripted: ``answers[i]`` are agent i's answers to any batch, ``updates[i]`` its update metrics; every
+    call is recorded as (method, its arguments by name). Any other method is missing: a step must not call it."""
 
-    def __init__(self, answers: list[list[Trajectory]], rollout: list[dict[str, float]],
+    def __init__(self, answers: list[list[Trajectory]], rollouts: list[dict[str, float]],
                  updates: list[dict[str, Any]]) -> None:
-        self.answers, self.rollout, self.updates = answers, rollout, updates
-        self.calls: list[tuple[str, Any, dict]] = []
+        self.answers, self.rollouts, self.updates = answers, rollouts, updates
+        self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def call(self, method: str, args: list[tuple] | None = None, **kwargs: Any) -> list[Any]:
-        self.calls.append((method, args, kwargs))
-        if method == "rollout":
-            return [(list(a), dict(m)) for a, m in zip(self.answers, self.rollout, strict=True)]
-        if method == "update":  # copies: the trainer pops the timings and cross ratios out of each
-            return [copy.deepcopy(u) for u in self.updates]
-        raise AssertionError(f"unexpected call {method}")
+    def rollout(self, prompts: list[str], params: Sequence[SamplingParams], *,
+                recompute: bool | None = None) -> list[tuple[list[Trajectory], dict[str, float]]]:
+        self.calls.append(("rollout", {"prompts": prompts, "params": list(params), "recompute": recompute}))
+        return [(list(a), dict(m)) for a, m in zip(self.answers, self.rollouts, strict=True)]
+
+    def update(self, request: UpdateRequest) -> list[dict[str, Any]]:
+        self.calls.append(("update", {"request": request}))
+        return [copy.deepcopy(u) for u in self.updates]  # copies: the trainer pops timings and cross ratios out
 
     def close(self) -> None:
         pass
@@ -331,17 +335,17 @@ def test_a_scripted_step(trainer):
     metrics = trainer.step()
     assert trainer.step_idx == 4
 
-    (rollout, r_args, r_kw), (update, u_args, u_kw) = trainer.backend.calls
+    (rollout, r), (update, u) = trainer.backend.calls
     # at temperature 0.7 the engine's log-probs are not π_old's: the workers recompute them
-    assert (rollout, update, r_kw) == ("rollout", "update", {"recompute": True})
-    assert all(prompts == [p.prompt for p in ps] for prompts, _ in r_args)
-    assert {params for _, params in r_args} == {SamplingParams(n=g, temperature=0.7, top_p=0.9, max_new_tokens=4)}
+    assert (rollout, update, r["recompute"]) == ("rollout", "update", True)
+    assert r["prompts"] == [p.prompt for p in ps]
+    assert r["params"] == [SamplingParams(n=g, temperature=0.7, top_p=0.9, max_new_tokens=4)] * 3  # one per agent
     # the capability tracker saw this step's scored answers: a 16/16, b 0/16, c 4/4
     tracker = CapabilityTracker(3, window=trainer.cfg.algorithm.capability_window)
     tracker.update(*_rewards_and_sources(per_agent))
-    for (request,) in u_args:
-        assert len(request.pool) == 3 * b * g and request.own_keys is None and request.forget == ()
-        assert torch.equal(request.omega_NN, tracker.omega_matrix())  # the one ω, the tracker's (its clamps)
+    request = u["request"]  # the one request every agent's update reads
+    assert len(request.pool) == 3 * b * g and request.own_keys is None and request.forget == ()
+    assert torch.equal(request.omega_NN, tracker.omega_matrix())  # the one ω, the tracker's (its clamps)
     assert metrics["reward/ok"] == 2 * b * g + b and metrics["reward/none"] == b * (g - 1)
     assert [metrics[f"agent/{a}/unscorable"] for a in "abc"] == [0, 0, b * (g - 1)]
     assert [metrics[f"agent/{a}/rollout/tokens"] for a in "abc"] == [10.0, 20.0, 30.0]

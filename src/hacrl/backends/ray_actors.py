@@ -1,5 +1,9 @@
 """The ``ray`` backend: one Ray actor per agent (per replica with ``data_parallel``), called concurrently.
 
+Each public method is the worker's method of the same name, run on every replica of every agent at once
+(``_call_all``: one merged result per agent, in agent order) or, for ``submit_*``, on one agent's actor, its
+result collected by ``wait_any`` (``ray.wait`` with one return).
+
 A Ray actor that dies (killed, out of memory, its node lost) or raises is reported as ``AgentFailure``
 naming the agent, its rank (0 without data parallel), the method and the cause; bad input inside an
 actor stays the same one-line ``InputError`` as locally.
@@ -9,14 +13,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hacrl.backends import AgentFailure, Handle
+from hacrl.backends.base import AgentFailure, Handle, Rollout
 from hacrl.backends.worker import AgentWorker
 from hacrl.config import Config, ConfigError, Derived
 from hacrl.errors import InputError
+from hacrl.learner.request import UpdateRequest
+from hacrl.rollout import SamplingParams
+from hacrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +102,7 @@ class RayBackend:
                     cfg, i, derived, resume_from=resume_from, step=step, env=env, threads=threads, rank=rank, world=world,
                     defer_setup=True, quiet=True))
             self.groups.append(group)
-        self.call("setup")  # loads every agent at once; a failure names the agent
+        self._call_all("setup")  # loads every agent at once; a failure names the agent
         self._init_data_parallel()
 
     def _init_data_parallel(self) -> None:
@@ -134,8 +141,52 @@ class RayBackend:
                               f"reserve {bundles} within 120 s; lower the per-agent resources or add nodes")
         return pg
 
-    def call(self, method: str, args_per_agent: Sequence[tuple] | None = None, **kwargs: Any) -> list[Any]:
-        """Every replica of every agent runs ``method`` (all at once); one merged result per agent.
+    # ---- every agent, results in agent order --------------------------------------------------------
+    def info(self) -> list[dict[str, Any]]:
+        return self._call_all("info")
+
+    def rollout(self, prompts: list[str], params: Sequence[SamplingParams], *,
+                recompute: bool | None = None) -> list[Rollout]:
+        return self._call_all("rollout", [(prompts, p) for p in params], merge=_merge_rollouts, recompute=recompute)
+
+    def update(self, request: UpdateRequest) -> list[dict[str, Any]]:
+        return self._call_all("update", [(request,)] * len(self.groups))
+
+    def generate_answers(self, prompts: list[str], params: SamplingParams) -> list[list[Trajectory]]:
+        return self._call_all("generate_answers", [(prompts, params)] * len(self.groups), merge=_merge_answers)
+
+    def save(self, paths: Sequence[Path]) -> None:
+        self._call_all("save", [(path,) for path in paths])
+
+    # ---- one agent (one replica: the asynchronous mode refuses data parallel) ----------------------
+    def submit_rollout(self, agent: int, prompts: list[str], params: SamplingParams, *,
+                       recompute: bool | None = None, tag: int | None = None) -> Handle:
+        return Handle(agent, "rollout", self.groups[agent][0].rollout.remote(prompts, params, recompute=recompute,
+                                                                             tag=tag))
+
+    def submit_update(self, agent: int, request: UpdateRequest) -> Handle:
+        return Handle(agent, "update", self.groups[agent][0].update.remote(request))
+
+    def submit_generate_answers(self, agent: int, prompts: list[str], params: SamplingParams) -> Handle:
+        return Handle(agent, "generate_answers", self.groups[agent][0].generate_answers.remote(prompts, params))
+
+    def wait_any(self, handles: Sequence[Handle], timeout: float | None = None) -> tuple[Handle, Any] | None:
+        """The first of ``handles`` to finish and its result (``ray.wait`` with one return), or None when none
+        finished within ``timeout`` seconds; a call that died or raised is reported as ``_call_all`` reports it."""
+        if not handles:
+            return None
+        by_ref = {h.ref: h for h in handles}
+        ready, _ = self._ray.wait(list(by_ref), num_returns=1, timeout=timeout)
+        if not ready:
+            return None
+        handle = by_ref[ready[0]]
+        return handle, self._get(handle.ref, self.ids[handle.agent], handle.method)
+
+    # ---- the dispatcher behind them ------------------------------------------------------------------
+    def _call_all(self, method: str, args_per_agent: Sequence[tuple] | None = None,
+                  merge: Callable[[list[Any]], Any] = lambda per_rank: per_rank[0], **kwargs: Any) -> list[Any]:
+        """Every replica of every agent runs the worker's ``method`` (all at once); one result per agent, its
+        replicas' results merged by ``merge`` (default: rank 0's, the same on every rank).
 
         Results are taken as they finish, so a replica that dies or raises is reported at once, even
         while the other replicas of its agent wait for it inside a collective."""
@@ -152,23 +203,7 @@ class RayBackend:
                     results[ref] = self._get(ref, self.ids[i], method, rank)
                 except AgentFailure:
                     self._raise_first_failure(refs, ref, list(pending), method)
-        return [_merge(method, [results[ref] for ref in rank_refs]) for rank_refs in refs]
-
-    def submit(self, agent: int, method: str, *args: Any, **kwargs: Any) -> Handle:
-        """Start ``method`` on one agent's actor (one replica: the asynchronous mode refuses data parallel)."""
-        return Handle(agent, method, getattr(self.groups[agent][0], method).remote(*args, **kwargs))
-
-    def wait_any(self, handles: Sequence[Handle], timeout: float | None = None) -> tuple[Handle, Any] | None:
-        """The first of ``handles`` to finish and its result (``ray.wait`` with one return), or None when none
-        finished within ``timeout`` seconds; a call that died or raised is reported as ``call`` reports it."""
-        if not handles:
-            return None
-        by_ref = {h.ref: h for h in handles}
-        ready, _ = self._ray.wait(list(by_ref), num_returns=1, timeout=timeout)
-        if not ready:
-            return None
-        handle = by_ref[ready[0]]
-        return handle, self._get(handle.ref, self.ids[handle.agent], handle.method)
+        return [merge([results[ref] for ref in rank_refs]) for rank_refs in refs]
 
     def _raise_first_failure(self, refs: list[list[Any]], failed: Any, pending: list[Any], method: str) -> None:
         """Report one failure in a stable order when several come together (a node lost, every actor's
@@ -225,21 +260,22 @@ class RayBackend:
             ray.shutdown()
 
 
-def _merge(method: str, per_rank: list[Any]) -> Any:
-    """One agent's result from its replicas: rollouts and answers concatenated in rank order (each rank
-    answered its share of the prompts), anything else as rank 0 returned it (the same on every rank)."""
+def _merge_rollouts(per_rank: list[Rollout]) -> Rollout:
+    """One agent's rollout from its replicas: the answers concatenated in rank order (each rank answered its
+    share of the prompts), busy time the slowest rank's, ``*_max`` metrics the largest, the others averaged."""
     if len(per_rank) == 1:
         return per_rank[0]
-    if method == "rollout":
-        rollouts = [r for part, _ in per_rank for r in part]
-        metrics: dict[str, float] = {"busy_s": max(m["busy_s"] for _, m in per_rank)}
-        for key in {k for _, m in per_rank for k in m} - {"busy_s"}:
-            values = [m[key] for _, m in per_rank if key in m]
-            metrics[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
-        return rollouts, metrics
-    if method == "generate_answers":
-        return [x for part in per_rank for x in part]
-    return per_rank[0]
+    rollouts = [r for part, _ in per_rank for r in part]
+    metrics: dict[str, float] = {"busy_s": max(m["busy_s"] for _, m in per_rank)}
+    for key in {k for _, m in per_rank for k in m} - {"busy_s"}:
+        values = [m[key] for _, m in per_rank if key in m]
+        metrics[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
+    return rollouts, metrics
+
+
+def _merge_answers(per_rank: list[list[Trajectory]]) -> list[Trajectory]:
+    """One agent's evaluation answers from its replicas, concatenated in rank order (each answered its share)."""
+    return [x for part in per_rank for x in part]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from hacrl.backends import Handle
+from hacrl.backends import Backend, Handle
 from hacrl.config import Config
 from hacrl.core import RecentCapability
 from hacrl.pool.shared import PoolTake, SharedPool
@@ -80,7 +80,7 @@ class AsyncLoop:
     """The driver's state in the asynchronous mode: each agent's state, the ledger, the pool, capability and the
     calls in flight. ``step`` counts the run's updates (the metrics lines' ``step``), from ``step`` given."""
 
-    def __init__(self, cfg: Config, phases: Phases, backend: Any, data: DataStream, *, step: int = 0) -> None:
+    def __init__(self, cfg: Config, phases: Phases, backend: Backend, data: DataStream, *, step: int = 0) -> None:
         self.phases, self.backend, self.data = phases, backend, data
         self.n = len(phases.agent_ids)
         self.batch_size = cfg.trainer.batch_size
@@ -134,12 +134,10 @@ class AsyncLoop:
         prompts, agent = self._next_prompts(k), self.agents[k]
         rnd = Round(agent.tag, prompts, [self.problems[p] for p in prompts], agent.version)
         agent.tag += 1
-        self._submit(k, "rollout", rnd, [self.problems[p].prompt for p in prompts], self.phases.sampling,
-                     recompute=self.phases.recompute, tag=rnd.tag)
-
-    def _submit(self, k: int, kind: str, payload: Any, *args: Any, **kwargs: Any) -> None:
         self._wake(k)
-        self.inflight[self.backend.submit(k, kind, *args, **kwargs)] = (kind, payload)
+        handle = self.backend.submit_rollout(k, [self.problems[p].prompt for p in prompts], self.phases.sampling,
+                                             recompute=self.phases.recompute, tag=rnd.tag)
+        self.inflight[handle] = ("rollout", rnd)
 
     def _wake(self, k: int) -> None:
         agent = self.agents[k]
@@ -193,8 +191,9 @@ class AsyncLoop:
             return
         capability_N, omega_NN = self.capability.capability, self.capability.omega_matrix()
         pool = take.trajectory_pool()  # each own answer carries its version gap (Trajectory.version_gap)
-        self._submit(k, "update", (take, rnd, pool, capability_N, omega_NN),
-                     self.phases.update_request(pool, omega_NN, own_keys=own, forget=forget))
+        request = self.phases.update_request(pool, omega_NN, own_keys=own, forget=forget)
+        self._wake(k)
+        self.inflight[self.backend.submit_update(k, request)] = ("update", (take, rnd, pool, capability_N, omega_NN))
         self._prune()
 
     def update_done(self, k: int, payload: tuple, loss_metrics: dict[str, Any]) -> dict[str, float]:

@@ -152,7 +152,7 @@ class Trainer:
             raise
         self._closed = False
         try:
-            self.agent_info: list[dict[str, Any]] = self.backend.call("info")
+            self.agent_info: list[dict[str, Any]] = self.backend.info()
             if resume_from:
                 self._truncate_logs(self.step_idx)
             self.sink = self._make_sinks() if sinks else NullSink()
@@ -242,8 +242,7 @@ class Trainer:
             counts = self.rollout_budget.counts()
             sampling = [dataclasses.replace(self.phases.sampling, n=c) for c in counts]
             metrics.update(self.rollout_budget.metrics(counts))
-        results = self.backend.call("rollout", [(prompts, params) for params in sampling],
-                                    recompute=self.phases.recompute)
+        results = self.backend.rollout(prompts, sampling, recompute=self.phases.recompute)
         for agent_id, (_, m) in zip(self.agent_ids, results, strict=True):
             metrics.update(rollout_metrics(agent_id, m, timings))
         return [t for answers, _ in results for t in answers], metrics
@@ -259,7 +258,7 @@ class Trainer:
     def step(self) -> dict[str, float]:
         """One training step; returns its metrics."""
         timings: dict[str, float] = {}
-        phases, n = self.phases, len(self.agent_ids)
+        phases = self.phases
         with self._timed(timings, "data"):
             problems = self.data.take(self.cfg.trainer.batch_size)
         with self._timed(timings, "rollout"):
@@ -275,7 +274,7 @@ class Trainer:
             checks = self._validation_check()
         with self._timed(timings, "update"):
             request = phases.update_request(pool, omega_NN, validation=checks)
-            results = self.backend.call("update", [(request,)] * n)
+            results = self.backend.update(request)
         if self.rollout_budget is not None:
             self.rollout_budget.observe(results)
         for i, loss_metrics in enumerate(results):
@@ -297,8 +296,7 @@ class Trainer:
         if self.validation is None or self.step_idx % self.cfg.algorithm.trust_every:
             return None
         prompts = [p.prompt for p in self.validation]
-        answers = self.backend.call("generate_answers", [(prompts, validation.greedy(
-            self.cfg.rollout.max_new_tokens))] * len(self.agent_ids))
+        answers = self.backend.generate_answers(prompts, validation.greedy(self.cfg.rollout.max_new_tokens))
         return validation.check(self.validation, answers, self.score)
 
     def _write_samples(self, pool: TrajectoryPool) -> None:
@@ -357,12 +355,12 @@ class Trainer:
         if budget and t.eval_budget:
             suites.append(({"task": self.task.name, "budget": t.eval_budget}, self.eval_problems, self.score,
                            t.eval_budget, None, f"greedy_acc@{t.eval_budget}tok"))
-        n_agents = len(self.agent_ids)
-        answers = [self.backend.call("generate_answers", [([p.prompt for p in problems], SamplingParams(
-            n=1, max_new_tokens=tokens, greedy=True))] * n_agents) for _, problems, _, tokens, _, _ in suites]
-        sampled = self.backend.call("generate_answers", [([p.prompt for p in self.eval_problems], SamplingParams(
-            n=k, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens))] * n_agents) \
-            if k > 0 else [None] * n_agents
+        answers = [self.backend.generate_answers([p.prompt for p in problems], SamplingParams(
+            n=1, max_new_tokens=tokens, greedy=True)) for _, problems, _, tokens, _, _ in suites]
+        sampled: list[list[Trajectory]] | list[None] = self.backend.generate_answers(
+            [p.prompt for p in self.eval_problems], SamplingParams(
+                n=k, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)) \
+            if k > 0 else [None] * len(self.agent_ids)
         out: dict[str, float] = {}
         totals, per_problem = [], []
         for i, agent_id in enumerate(self.agent_ids):
@@ -399,7 +397,7 @@ class Trainer:
         ids = self.agent_ids
         return ckpt.save_checkpoint(
             self.run_dir / "checkpoints", self.step_idx,
-            lambda tmp: self.backend.call("save", [(tmp / "agents" / i,) for i in ids]),
+            lambda tmp: self.backend.save([tmp / "agents" / i for i in ids]),
             state, manifest, self.cfg.trainer.keep_last)
 
     # ---- the loops ------------------------------------------------------------------------------
