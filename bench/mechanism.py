@@ -340,26 +340,6 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# one colour slot per arm that learns from a partner, append-only (a test holds every registered sharing method to
-# it): the study's arms first, so that the commonest keep the darkest shades. Registering a method, or a table
-# adding one, never moves another arm's colour; variants (``name@key=value``) count down from the last slot
-ARM_ORDER = ("hacpo", "naive", "imitation", "ftis", "luffy", "sgt", "naive-recompute", "gated-group",
-             "hacpo-adaptive", "hacpo-noomega", "hacpo-noadv", "hacpo-alpha0", "hacpo-noclip", "hacpo-nostep",
-             "hacpo-capbase", "trust")
-SLOTS = 20  # tab20
-
-
-def _colours(algos: list[str], plt: Any) -> dict[str, Any]:
-    """One colour per arm, the same in every picture whichever cells it draws: an arm of ARM_ORDER keeps its
-    slot; a variant (``name@key=value``), or an arm not listed there, takes a slot from the last one down, in the
-    order given. tab20's dark shades first, then its light ones; distinct for up to 20 arms in one picture."""
-    listed = [a for a in algos if a in ARM_ORDER]
-    others = [a for a in algos if a not in ARM_ORDER]
-    slot = {a: ARM_ORDER.index(a) for a in listed} | {a: (SLOTS - 1 - i) % SLOTS for i, a in enumerate(others)}
-    cmap = plt.get_cmap("tab20")
-    return {a: cmap((2 * i) % SLOTS + (2 * i) // SLOTS % 2) for a, i in slot.items()}
-
-
 def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | None = None) -> list[Path]:
     """The two pictures; returns the files written (the ρ picture only when some cell is named ``*-rho<ρ>``).
 
@@ -372,11 +352,13 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
+    from hacrl.learner.algorithms import method_colours
+
     out.mkdir(parents=True, exist_ok=True)
     others = others or []
     # only the arms that learn from a partner: GSPO's Δ against GSPO×2 (and a few-shot prompt's) is no partner effect
     algos = list(dict.fromkeys(r["algorithm"] for r in [*rows, *others] if "delta" in r and _shares(r["algorithm"])))
-    colour = _colours(algos, plt)
+    colour = method_colours(algos)  # each arm's colour from the method registry (its display slot)
     written = []
     fig, ax = plt.subplots(figsize=(10.5, 6))
     ax.axhspan(-MARGIN, MARGIN, color="0.9", zorder=0)

@@ -166,30 +166,51 @@ def test_also_draws_committed_pairs_in_the_rescue_picture_only(mech, tmp_path, c
     assert not (tmp_path / "plots" / "delta_vs_rho.png").exists()
 
 
-def test_an_arm_keeps_its_colour_whichever_cells_a_picture_draws(mech, monkeypatch):
-    import matplotlib.pyplot as plt
+def test_an_arm_keeps_its_colour_whichever_cells_a_picture_draws(monkeypatch):
+    """The picture's colours are the method registry's (``hacrl.learner.algorithms.method_colours``)."""
+    from hacrl.learner import algorithms
+    from hacrl.learner.algorithms import ALGORITHMS, Algorithm, method_colours
+    from hacrl.registry import Registry
 
-    everything = mech._colours(["imitation@algorithm.imitation_coef=0.3", "luffy", "hacpo", "naive", "ftis"], plt)
-    few = mech._colours(["ftis", "hacpo"], plt)
+    everything = method_colours(["imitation@algorithm.imitation_coef=0.3", "luffy", "hacpo", "naive", "ftis"])
+    few = method_colours(["ftis", "hacpo"])
     assert few == {"ftis": everything["ftis"], "hacpo": everything["hacpo"]}
     assert len(set(everything.values())) == 5  # distinct, the variant included
-    variant = mech._colours(["hacpo-adaptive@delta=0.2"], plt)["hacpo-adaptive@delta=0.2"]
-    assert variant != mech._colours(["hacpo-adaptive"], plt)["hacpo-adaptive"]  # a variant is not its base
-    # a method appended to the slots (a new registration) moves no other arm's colour, a variant's included
-    before = mech._colours(["imitation@lam=0.3", "hacpo-capbase"], plt)
-    monkeypatch.setattr(mech, "ARM_ORDER", (*mech.ARM_ORDER, "new-method"))
-    assert mech._colours(["imitation@lam=0.3", "hacpo-capbase", "new-method"], plt) == \
-        before | {"new-method": mech._colours(["new-method"], plt)["new-method"]}
+    variant = method_colours(["hacpo-adaptive@delta=0.2"])["hacpo-adaptive@delta=0.2"]
+    assert variant != method_colours(["hacpo-adaptive"])["hacpo-adaptive"]  # a variant is not its base
+    # a method registered with the next slot moves no other arm's colour, a variant's included
+    before = method_colours(["imitation@lam=0.3", "hacpo-capbase"])
+    grown: Registry[Algorithm] = Registry("algorithm")
+    for name in ALGORITHMS.names():
+        grown.add(name, ALGORITHMS.get(name))
+    slot = 1 + max(ALGORITHMS.get(n).display_slot or 0 for n in ALGORITHMS.names())
+    grown.add("new-method", Algorithm("new-method", shares_pool=True, advantage="hacpo", loss="hacpo",
+                                      display_slot=slot))
+    monkeypatch.setattr(algorithms, "ALGORITHMS", grown)
+    assert method_colours(["imitation@lam=0.3", "hacpo-capbase", "new-method"]) == \
+        before | {"new-method": algorithms.PALETTE[slot]}
     monkeypatch.undo()
-    assert len(set(mech._colours([*mech.ARM_ORDER, "a@x=1", "b@x=1", "c@x=1", "d@x=1", "e@x=1"], plt).values())) == 20
+    slotted = [n for n in ALGORITHMS.names() if ALGORITHMS.get(n).display_slot is not None]
+    assert len(set(method_colours([*slotted, "a@x=1", "b@x=1", "c@x=1", "d@x=1", "e@x=1"]).values())) == 20
 
 
-def test_every_registered_sharing_method_has_a_fixed_colour_slot(mech):
-    from hacrl.learner.algorithms import ALGORITHMS
+def test_every_registered_sharing_method_has_its_own_display_slot():
+    from hacrl.learner.algorithms import ALGORITHMS, PALETTE
 
-    sharing = {name for name in ALGORITHMS if ALGORITHMS.get(name).shares_pool}
-    assert sharing <= set(mech.ARM_ORDER), f"append {sorted(sharing - set(mech.ARM_ORDER))} to ARM_ORDER"
-    assert len(mech.ARM_ORDER) == len(set(mech.ARM_ORDER)) <= mech.SLOTS
+    sharing = [name for name in ALGORITHMS.names() if ALGORITHMS.get(name).shares_pool]
+    slots = [ALGORITHMS.get(name).display_slot for name in sharing]
+    assert None not in slots, f"give {[n for n, s in zip(sharing, slots) if s is None]} the next display_slot"
+    assert len(set(slots)) == len(slots) and max(slots) < len(PALETTE)  # type: ignore[type-var]
+
+
+def test_the_palette_is_tab20_dark_shades_first():
+    import matplotlib
+    from matplotlib.colors import to_hex
+
+    from hacrl.learner.algorithms import PALETTE
+
+    tab20 = matplotlib.colormaps["tab20"]
+    assert PALETTE == tuple(to_hex(tab20((2 * i) % 20 + (2 * i) // 20 % 2)) for i in range(20))
 
 
 # ---- the decision rules (docs/results/mechanism.md) on literal summary.json contrasts ----

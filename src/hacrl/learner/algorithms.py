@@ -50,21 +50,29 @@ depends on the algorithm (``hacrl.config.CLIP_DEFAULTS``: GSPO's 3e-4 / 4e-4, gr
 choices, each a field of ``Algorithm`` and a config key ``algorithm.<field>`` (None there: the named method's
 own), so that ``--algos hacpo@share_prompts=learner_failed`` composes a variant (``compose``):
 
-- ``share_prompts`` (``hacrl.learner.sharing.PROMPT_GATES``): all, learner_failed, learner_failed_partner_solved,
-  learner_failed_partner_mixed;
-- ``partner_answers`` (``sharing.ANSWER_SELECTIONS``): group, correct, one_correct;
+- ``share_prompts``: which prompts' partner answers the learner sees (``hacrl.learner.sharing.PROMPT_GATES``);
+- ``partner_answers``: which of a shared prompt's partner answers (``sharing.ANSWER_SELECTIONS``);
 - ``partner_old``: π_old of a partner row: author (its rollout log-prob), learner (the learner's own pre-update
   pass, ``recompute_partner_old``) or none (a term without a ratio);
-- ``partner_weight``: hacpo (loss hacpo), ratio (GSPO's clip, the row as own: loss gspo), nll (loss imitation),
-  truncated_is, gate, shaping, trust (loss partner, ``hacrl.core.partner``);
-- ``advantage`` (``sharing.ADVANTAGES``): hacpo, hacpo_capped, group, group_mean, own, partner, trust;
-- ``negatives`` (``hacrl.core.partner.NEGATIVE_FILTERS``, the partner loss): keep, drop, veto.
+- ``partner_weight``: how a partner row is weighted, which picks the loss (``PARTNER_WEIGHT_LOSS``: hacpo, gspo
+  for ratio, imitation for nll, the partner loss of ``hacrl.core.partner`` for the others);
+- ``advantage``: the advantage (``sharing.ADVANTAGES``);
+- ``negatives``: the partner loss's filter of negative partner rows (``hacrl.core.partner.NEGATIVE_FILTERS``).
+
+The values each takes are listed once, in the config schema (``AlgorithmConfig``'s Literal types, which
+``hacrl presets --fields`` shows with their meaning); ``INGREDIENTS`` reads them from there, and each registry
+above implements exactly those (tests/learner/test_ingredient_values.py).
+
+**Display.** Each method that learns from a partner holds a ``display_slot``: its place in the methods' order and
+its colour in every picture that colours by method (``method_colours``; bench/mechanism.py). Slots are
+append-only: a new method takes the next free one, so no other method's colour moves.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, get_args
 
 from hacrl.config import AlgorithmConfig, Config, Derived, derive
 from hacrl.registry import Registry
@@ -93,6 +101,9 @@ class Algorithm:
     partner_old: str = "author"  # π_old of a partner row: "author", "learner" (recomputed) or "none"
     partner_weight: str = "hacpo"  # how a partner answer is weighted (PARTNER_WEIGHT_LOSS)
     negatives: str = "keep"  # the partner loss's filter of negative partner rows (core.partner.NEGATIVE_FILTERS)
+    # how plots show it, not how it trains (so not compared): its place in the methods' order and its colour
+    # (PALETTE[display_slot], method_colours); append-only, a new method takes the next free slot
+    display_slot: int | None = field(default=None, compare=False)
 
 
 # partner_weight → (loss, cross_as_own): the policy loss that implements each way of weighting a partner answer
@@ -103,62 +114,70 @@ PARTNER_WEIGHT_LOSS: dict[str, tuple[str, bool]] = {
 # partner_weight → the π_old it reads when partner_old is not given: a term without a ratio reads none, the gate the
 # learner's own pre-update pass (its PPO ratio and its gate both need it), the others the author's
 IMPLIED_PARTNER_OLD = {"nll": "none", "shaping": "none", "gate": "learner"}
-INGREDIENTS: dict[str, tuple[str, ...]] = {
-    "share_prompts": ("all", "learner_failed", "learner_failed_partner_solved", "learner_failed_partner_mixed"),
-    "partner_answers": ("group", "correct", "one_correct"),
-    "partner_old": ("author", "learner", "none"),
-    "partner_weight": tuple(PARTNER_WEIGHT_LOSS),
-    "advantage": ("hacpo", "hacpo_capped", "group", "group_mean", "own", "partner", "trust"),
-    "negatives": ("keep", "drop", "veto"),
-}
+
+
+def accepted_values(key: str) -> tuple[str, ...]:
+    """The values the config accepts for ``algorithm.<key>``: its Literal in ``AlgorithmConfig``.
+
+    >>> accepted_values("negatives")
+    ('keep', 'drop', 'veto')
+    """
+    annotation = AlgorithmConfig.model_fields[key].annotation
+    (literal,) = [a for a in get_args(annotation) if a is not type(None)]
+    return get_args(literal)
+
+
+# the ingredients and their values, read from the config schema: the one list of them (module docstring)
+INGREDIENTS: dict[str, tuple[str, ...]] = {key: accepted_values(key) for key in (
+    "share_prompts", "partner_answers", "partner_old", "partner_weight", "advantage", "negatives")}
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
 
 for _algo in (
-    Algorithm("hacpo", shares_pool=True, advantage="hacpo", loss="hacpo"),
+    Algorithm("hacpo", shares_pool=True, advantage="hacpo", loss="hacpo", display_slot=0),
     Algorithm("gspo", shares_pool=False, advantage="group", loss="gspo"),
     Algorithm("gspo2x", shares_pool=False, advantage="group", loss="gspo", rollout_multiplier=2),
     Algorithm("naive", shares_pool=True, advantage="group", loss="gspo", cross_as_own=True,
-              partner_weight="ratio"),
+              partner_weight="ratio", display_slot=1),
     Algorithm("grpo", shares_pool=False, advantage="group", loss="grpo", token_level=True),
     Algorithm("imitation", shares_pool=True, advantage="own", loss="imitation", use_omega=False,
-              partner_old="none", partner_weight="nll"),
-    Algorithm("hacpo-noadv", shares_pool=True, advantage="hacpo", loss="hacpo", capability_aware=False),
+              partner_old="none", partner_weight="nll", display_slot=2),
+    Algorithm("hacpo-noadv", shares_pool=True, advantage="hacpo", loss="hacpo", capability_aware=False, display_slot=10),
     # HACPO with ω^(k,j) capped at 1 in the baseline only (docs/results.md §12.12): ω > 1 counts a weaker partner's
     # successes more than once in a stronger learner's baseline, which lowers its own right answers' advantage
-    Algorithm("hacpo-capbase", shares_pool=True, advantage="hacpo_capped", loss="hacpo"),
-    Algorithm("hacpo-noomega", shares_pool=True, advantage="hacpo", loss="hacpo", use_omega=False),
-    Algorithm("hacpo-alpha0", shares_pool=True, advantage="hacpo", loss="hacpo", alpha_zero=True),
-    Algorithm("hacpo-nostep", shares_pool=True, advantage="hacpo", loss="hacpo", stepwise=False),
-    Algorithm("hacpo-noclip", shares_pool=True, advantage="hacpo", loss="hacpo", cross_clip=False),
-    Algorithm("hacpo-adaptive", shares_pool=True, advantage="hacpo", loss="hacpo", adaptive_window=True),
+    Algorithm("hacpo-capbase", shares_pool=True, advantage="hacpo_capped", loss="hacpo", display_slot=14),
+    Algorithm("hacpo-noomega", shares_pool=True, advantage="hacpo", loss="hacpo", use_omega=False, display_slot=9),
+    Algorithm("hacpo-alpha0", shares_pool=True, advantage="hacpo", loss="hacpo", alpha_zero=True, display_slot=11),
+    Algorithm("hacpo-nostep", shares_pool=True, advantage="hacpo", loss="hacpo", stepwise=False, display_slot=13),
+    Algorithm("hacpo-noclip", shares_pool=True, advantage="hacpo", loss="hacpo", cross_clip=False, display_slot=12),
+    Algorithm("hacpo-adaptive", shares_pool=True, advantage="hacpo", loss="hacpo", adaptive_window=True, display_slot=8),
     # naive with partner rows' π_old from the learner's own pre-update pass (the paper's naive as verl would run it)
     Algorithm("naive-recompute", shares_pool=True, advantage="group", loss="gspo", cross_as_own=True,
-              partner_old="learner", partner_weight="ratio"),
+              partner_old="learner", partner_weight="ratio", display_slot=6),
     # Success-Gated Transfer (Mutual RL, second-hand): imitation of ONE correct partner answer, λ 0.1, only where
     # the learner failed every answer and a partner solved the prompt
     Algorithm("sgt", shares_pool=True, advantage="own", loss="imitation", use_omega=False,
               share_prompts="learner_failed_partner_solved", partner_answers="one_correct", partner_old="none",
-              partner_weight="nll"),
+              partner_weight="nll", display_slot=5),
     # LUFFY: the partners' correct answers in the joint group (mean, no std: its released script), trained with
     # the shaping f(π) = π/(π + γ) per token, no ratio
     Algorithm("luffy", shares_pool=True, advantage="group_mean", loss="partner", use_omega=False,
-              partner_answers="correct", partner_old="none", partner_weight="shaping"),
+              partner_answers="correct", partner_old="none", partner_weight="shaping", display_slot=4),
     # F-TIS: truncated IS min(s, C) against the author on partner answers, the joint group's advantage, a KL veto
     # on the negative ones
     Algorithm("ftis", shares_pool=True, advantage="group", loss="partner", use_omega=False,
-              partner_weight="truncated_is", negatives="veto"),
+              partner_weight="truncated_is", negatives="veto", display_slot=3),
     # GRAFT-like (second-hand): prompts the learner failed where a partner's group is mixed, that whole group with
     # its own advantages, the fixed gate 1[s > 0.8]·min(s, 1), a ratio to the learner's own π_old
     Algorithm("gated-group", shares_pool=True, advantage="partner", loss="partner", use_omega=False,
-              share_prompts="learner_failed_partner_mixed", partner_old="learner", partner_weight="gate"),
+              share_prompts="learner_failed_partner_mixed", partner_old="learner", partner_weight="gate", display_slot=7),
     # trust (ours, hacrl.core.trust): naive's pool with each partner's answers weighted by the learner's trust τ_j in
     # that partner, cut below the ratio floor 0.1^τ_j, and weighted by τ_j in the joint group's baseline; τ_j drops
     # to 0 when the learner's accuracy on a validation slice of the training split falls (a paired test) and
     # climbs back after each check without a fall
     Algorithm("trust", shares_pool=True, advantage="trust", loss="partner", use_omega=False,
-              partner_weight="trust"),
+              partner_weight="trust", display_slot=15),
 ):
     ALGORITHMS.add(_algo.name, _algo)
 
@@ -187,6 +206,25 @@ def _gspo_times(n: str) -> Algorithm:
 
 
 ALGORITHMS.add_family(r"gspo-x(?P<n>[1-9][0-9]?)", "gspo-x<N>", _gspo_times)
+
+# the colour of display slot i: matplotlib's tab20, its dark shades first (tab10's colours), then its light ones
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+           "#dbdb8d", "#9edae5")
+
+
+def method_colours(names: Sequence[str]) -> dict[str, str]:
+    """One colour per method, the same in every picture whichever others it draws: a registered method with a
+    ``display_slot`` gets its slot's; a variant (``name@key=value``), or a method without a slot, takes a slot from
+    the last one down, in the order given. Distinct for up to 20 methods in one picture.
+
+    >>> method_colours(["hacpo", "hacpo@algorithm.delta=0.3", "naive"])
+    {'hacpo': '#1f77b4', 'hacpo@algorithm.delta=0.3': '#9edae5', 'naive': '#ff7f0e'}
+    """
+    slots = {name: ALGORITHMS.get(name).display_slot if name in ALGORITHMS else None for name in names}
+    others = [name for name in names if slots[name] is None]
+    slots |= {name: (len(PALETTE) - 1 - i) % len(PALETTE) for i, name in enumerate(others)}
+    return {name: PALETTE[slot] for name, slot in slots.items() if slot is not None}
 
 
 def compose(algo: Algorithm, **ingredients: str | None) -> Algorithm:
