@@ -15,6 +15,7 @@ import torch
 from hacrl.core import (
     ROLLOUT_CORRECTIONS,
     LossInputs,
+    StepSettings,
     grpo_loss,
     gspo_loss,
     hacpo_loss,
@@ -235,7 +236,7 @@ CLIP = {"clip_low": 0.2, "clip_high": 0.28}
 
 def test_hacpo_weights_own_terms_and_leaves_cross_terms():
     x = three_rows([0.5, 2.0, 7.0], grad=True)
-    loss, _ = hacpo_loss(x, **CLIP, cross_lower=0.8)
+    loss, _ = hacpo_loss(x, StepSettings(**CLIP, cross_lower=0.8))
     loss.backward()
     loss = loss.detach()
     # own: w·A at s = 1 → 0.5·1, 2·(−2); cross: c·sg(c)·ω·A = 0.9·0.9·1·1 = 0.81 → −(0.5 − 4 + 0.81)/3
@@ -246,22 +247,22 @@ def test_hacpo_weights_own_terms_and_leaves_cross_terms():
     assert g[0].tolist() == pytest.approx([-(0.5 * 1 / 2) / 3] * 2, rel=1e-5)
     assert float(g[1, 0]) == pytest.approx(-(2.0 * -2.0) / 3, rel=1e-5)
     assert g[2].tolist() == pytest.approx([-(0.81 / 2) / 3] * 2, rel=1e-5)
-    plain, _ = hacpo_loss(three_rows(None), **CLIP, cross_lower=0.8)
+    plain, _ = hacpo_loss(three_rows(None), StepSettings(**CLIP, cross_lower=0.8))
     assert float(plain) == pytest.approx(-(1.0 - 2.0 + 0.81) / 3, rel=1e-6)  # None = 1 everywhere
 
 
 def test_hacpo_keeps_the_kl_term_unweighted():
     ref_BT = torch.tensor([[-1.5, -0.5], [-1.0, 0.0], [-0.5, -0.5]])
     kl = {"kl_coef": 0.1, "cross_lower": 0.8}
-    a, ma = hacpo_loss(three_rows([0.5, 2.0, 1.0], ref_logp_BT=ref_BT), **CLIP, **kl)
-    b, mb = hacpo_loss(three_rows([1.0, 1.0, 1.0], ref_logp_BT=ref_BT), **CLIP, **kl)
+    a, ma = hacpo_loss(three_rows([0.5, 2.0, 1.0], ref_logp_BT=ref_BT), StepSettings(**CLIP, **kl))
+    b, mb = hacpo_loss(three_rows([1.0, 1.0, 1.0], ref_logp_BT=ref_BT), StepSettings(**CLIP, **kl))
     # the loss moves by the policy-gradient terms alone: −((0.5 − 1)·1 + (2 − 1)·(−2))/3 = 2.5/3
     assert float(a) - float(b) == pytest.approx(2.5 / 3, rel=1e-5)
     assert float(ma["kl"]) == float(mb["kl"]) > 0
 
 
 def test_gspo_weights_every_row():
-    loss, _ = gspo_loss(three_rows([0.5, 2.0, 0.0]), **CLIP)
+    loss, _ = gspo_loss(three_rows([0.5, 2.0, 0.0]), StepSettings(**CLIP))
     # all rows own: the third at s = 0.9 → clip(0.9, 0.8, 1.28)·1 = 0.9, times w = 0 → −(0.5 − 4 + 0)/3
     assert float(loss) == pytest.approx(-(0.5 - 4.0) / 3, rel=1e-6)
 
@@ -269,14 +270,14 @@ def test_gspo_weights_every_row():
 def test_grpo_weights_each_sequences_tokens():
     x = three_rows([0.5, 2.0, 3.0])
     x = LossInputs(**{**x.__dict__, "old_logp_BT": x.logp_BT.detach().clone(), "own_B": None})
-    loss, _ = grpo_loss(x, **CLIP)
+    loss, _ = grpo_loss(x, StepSettings(**CLIP))
     # r_t = 1 everywhere: per-sequence token mean of w·A = 0.5, −4, 3 → −(0.5 − 4 + 3)/3
     assert float(loss) == pytest.approx(-(0.5 - 4.0 + 3.0) / 3, rel=1e-6)
 
 
 def test_imitation_weights_the_gspo_part_only():
     x = three_rows([0.5, 2.0, 7.0], imitate_B=torch.tensor([False, False, True]))
-    loss, m = imitation_loss(x, **CLIP, imitation_coef=1.0)
+    loss, m = imitation_loss(x, StepSettings(**CLIP, imitation_coef=1.0))
     # GSPO over the 2 own rows: −(0.5 − 4)/2; NLL of the imitated row: token mean 0.5, weight ignored
     assert float(loss) == pytest.approx(-(0.5 - 4.0) / 2 + 0.5, rel=1e-6)
     assert float(m["imitation/nll"]) == pytest.approx(0.5)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import POLICY_LOSSES, LossInputs, gspo_loss, imitation_loss, sequence_nll
+from hacrl.core import POLICY_LOSSES, LossInputs, StepSettings, gspo_loss, imitation_loss, sequence_nll
 
 T = torch.tensor
 L = 2
@@ -53,7 +53,7 @@ def test_two_own_two_cross_one_correct_by_hand():
     # grads: own 0: −(1/2)·2·1.1/2 = −0.55; own 1: −(1/2)·(−2)·0.9/2 = 0.45;
     #        imitated: −0.5/(1·2) = −0.25; the wrong cross answer: 0
     logp, inputs = four_rows()
-    loss, m = imitation_loss(inputs, **CLIP, imitation_coef=0.5)
+    loss, m = imitation_loss(inputs, StepSettings(**CLIP, imitation_coef=0.5))
     assert loss.item() == pytest.approx(0.1465736, rel=1e-5)
     expected = T([[-0.55] * 2, [0.45] * 2, [-0.25] * 2, [0.0] * 2])
     assert_close(grad_of(loss, logp), expected, rtol=1e-5, atol=1e-6)
@@ -72,7 +72,7 @@ def test_two_imitated_rows_average_their_nll():
     # loss = −0.2 + 1 · 1.0397208 = 0.8397208; each imitated token's grad −1/(2·2) = −0.25
     logp, inputs = four_rows()
     inputs = LossInputs(**{**inputs.__dict__, "imitate_B": T([False, False, True, True])})
-    loss, m = imitation_loss(inputs, **CLIP, imitation_coef=1.0)
+    loss, m = imitation_loss(inputs, StepSettings(**CLIP, imitation_coef=1.0))
     assert loss.item() == pytest.approx(0.8397208, rel=1e-5)
     assert_close(grad_of(loss, logp)[2:], torch.full((2, L), -0.25), rtol=1e-5, atol=1e-6)
     assert m["count/imitated"].item() == 2
@@ -82,7 +82,7 @@ def test_minibatch_shares_set_the_denominators():
     # the same 4 rows as a micro-batch of an 8-row minibatch with 4 own and 1 imitated row:
     # n_own = 0.5·4 = 2, n_imit = 0.125·4 = 0.5 → loss = −0.4/2 + 0.5 · 0.6931472/0.5 = 0.4931472
     logp, inputs = four_rows(own_share=0.5, imitate_share=0.125)
-    loss, _ = imitation_loss(inputs, **CLIP, imitation_coef=0.5)
+    loss, _ = imitation_loss(inputs, StepSettings(**CLIP, imitation_coef=0.5))
     assert loss.item() == pytest.approx(0.4931472, rel=1e-5)
 
 
@@ -90,7 +90,7 @@ def test_nothing_to_imitate_is_gspo_on_own_rows():
     # no imitated rows (a minibatch where no other agent was right): the NLL term is 0, not NaN
     logp, inputs = four_rows()
     inputs = LossInputs(**{**inputs.__dict__, "imitate_B": T([False] * 4)})
-    loss, m = imitation_loss(inputs, **CLIP, imitation_coef=2.0)
+    loss, m = imitation_loss(inputs, StepSettings(**CLIP, imitation_coef=2.0))
     assert loss.item() == pytest.approx(-0.2, rel=1e-5)
     assert m["imitation/nll"].item() == 0.0 and m["count/imitated"].item() == 0
 
@@ -99,8 +99,8 @@ def test_own_rows_are_never_imitated():
     # imitate_B marking an own row too changes nothing: own answers train through GSPO only
     logp, inputs = four_rows()
     marked = LossInputs(**{**inputs.__dict__, "imitate_B": T([True, False, True, False])})
-    a, _ = imitation_loss(inputs, **CLIP, imitation_coef=0.5)
-    b, _ = imitation_loss(marked, **CLIP, imitation_coef=0.5)
+    a, _ = imitation_loss(inputs, StepSettings(**CLIP, imitation_coef=0.5))
+    b, _ = imitation_loss(marked, StepSettings(**CLIP, imitation_coef=0.5))
     assert torch.equal(a, b)
 
 
@@ -119,9 +119,10 @@ def test_lambda_zero_is_gspo_on_the_own_answers_alone(seed):
     imitate = ~own & T([True, True, True, True, False, False, True, False])
     kw = {**CLIP, "kl_coef": 0.1}
     got, _ = imitation_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=own, imitate_B=imitate,
-                                       ref_logp_BT=ref), **kw, imitation_coef=0.0)
+                                       ref_logp_BT=ref), StepSettings(**kw, imitation_coef=0.0))
     o = own.nonzero().squeeze(-1)
-    want, _ = gspo_loss(LossInputs(logp[o], mask[o], adv[o], old_logp_mean_B=old[o], ref_logp_BT=ref[o]), **kw)
+    want, _ = gspo_loss(LossInputs(logp[o], mask[o], adv[o], old_logp_mean_B=old[o], ref_logp_BT=ref[o]),
+                        StepSettings(**kw))
     assert_close(got, want, rtol=1e-6, atol=1e-7)
     g_got, g_want = grad_of(got, logp), grad_of(want, logp)
     assert_close(g_got, g_want, rtol=1e-6, atol=1e-7)
@@ -134,7 +135,8 @@ def test_lambda_zero_ignores_a_non_finite_nll():
     bad = logp.detach().clone()
     bad[2, 0] = float("-inf")
     bad.requires_grad_(True)
-    loss, _ = imitation_loss(LossInputs(**{**inputs.__dict__, "logp_BT": bad}), **CLIP, imitation_coef=0.0)
+    loss, _ = imitation_loss(LossInputs(**{**inputs.__dict__, "logp_BT": bad}),
+                             StepSettings(**CLIP, imitation_coef=0.0))
     assert loss.item() == pytest.approx(-0.2, rel=1e-5)
     assert torch.isfinite(grad_of(loss, bad)).all()
 
@@ -150,11 +152,11 @@ def test_sequence_nll_by_hand():
 def test_imitation_needs_its_inputs_and_a_non_negative_coef():
     logp, inputs = four_rows()
     with pytest.raises(ValueError, match="own_B"):
-        imitation_loss(LossInputs(**{**inputs.__dict__, "own_B": None}), **CLIP)
+        imitation_loss(LossInputs(**{**inputs.__dict__, "own_B": None}), StepSettings(**CLIP))
     with pytest.raises(ValueError, match="old_logp_mean_B"):
-        imitation_loss(LossInputs(**{**inputs.__dict__, "old_logp_mean_B": None}), **CLIP)
+        imitation_loss(LossInputs(**{**inputs.__dict__, "old_logp_mean_B": None}), StepSettings(**CLIP))
     with pytest.raises(ValueError, match="imitation_coef"):
-        imitation_loss(inputs, **CLIP, imitation_coef=-0.1)
+        imitation_loss(inputs, StepSettings(**CLIP, imitation_coef=-0.1))
     with pytest.raises(ValueError, match="imitate_B"):
         LossInputs(**{**inputs.__dict__, "imitate_B": T([True, False])})
     with pytest.raises(ValueError, match="own_share"):

@@ -7,6 +7,7 @@ from torch.testing import assert_close
 
 from hacrl.core import (
     LossInputs,
+    StepSettings,
     group_advantages,
     grpo_loss,
     gspo_loss,
@@ -58,8 +59,8 @@ def loss_on(name, logp_of, data, rows, shares=(None, None)):
     inputs = LossInputs(logp, d["mask"], d["adv"], old_logp_mean_B=d["old_mean"], own_B=d["own"],
                         omega_B=d["omega"], old_logp_BT=d["old_tok"], ref_logp_BT=d["ref"],
                         imitate_B=d["imitate"], own_share=shares[0], imitate_share=shares[1])
-    loss, _ = LOSSES[name](inputs, clip_low=0.2, clip_high=0.28, alpha=1.0, cross_lower=0.85, kl_coef=0.05,
-                           imitation_coef=0.7)
+    loss, _ = LOSSES[name](inputs, StepSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, cross_lower=0.85,
+                                                kl_coef=0.05, imitation_coef=0.7))
     return loss
 
 
@@ -157,11 +158,11 @@ def test_permuting_the_batch():
 
     x = logp.clone().requires_grad_(True)
     loss, _ = hacpo_loss(LossInputs(x, mask, adv, old_logp_mean_B=old, own_B=own, omega_B=omega, ref_logp_BT=ref),
-                         **kw)
+                         StepSettings(**kw))
     (g,) = torch.autograd.grad(loss, x)
     xp = logp[perm].clone().requires_grad_(True)
     loss_p, _ = hacpo_loss(LossInputs(xp, mask[perm], adv_p, old_logp_mean_B=old[perm], own_B=own[perm],
-                                      omega_B=omega[perm], ref_logp_BT=ref[perm]), **kw)
+                                      omega_B=omega[perm], ref_logp_BT=ref[perm]), StepSettings(**kw))
     (gp,) = torch.autograd.grad(loss_p, xp)
     assert_close(loss_p, loss)
     assert_close(gp, g[perm])

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from hacrl.core import LossInputs, gspo_loss, hacpo_loss, sequence_log_ratio
+from hacrl.core import LossInputs, StepSettings, gspo_loss, hacpo_loss, sequence_log_ratio
 from hacrl.core.correction import ROLLOUT_CORRECTIONS
 from hacrl.core.losses import grpo_loss, imitation_loss
 
@@ -34,7 +34,7 @@ def test_the_cross_windows_bounds_are_inside_it_and_a_zero_advantage_is_not_posi
     lower = T([0.8, 0.8, s_B[2].item(), 0.8, 0.8])
     _, m = hacpo_loss(LossInputs(logp, mask, T([2.0, 2.0, 1.0, 0.0, -1.0]), old_logp_mean_B=old,
                                  own_B=T([True, False, False, False, False]), omega_B=torch.ones(5)),
-                      cross_lower=lower, **RADII)
+                      StepSettings(cross_lower=lower, **RADII))
     assert m["cross/in_window_frac"].item() == pytest.approx(2 / 4)   # s = 1 and s = ℓ are in
     assert m["cross/clip_low_frac"].item() == pytest.approx(2 / 4)    # the two at s = 0.5
     assert m["cross/clip_high_frac"].item() == 0.0                    # s = 1 is not above
@@ -50,7 +50,7 @@ def test_no_clip_with_a_bound_per_row_leaves_the_ratio_unclipped():
     # s = 1.2, α = 1, ω = 1.5, A = 2 → J = 4.32; every cross row has a gradient: grad_scale = c^(1+α)·ω = 2.16
     logp, mask, old = seqs([1.2])
     inputs = LossInputs(logp, mask, T([2.0]), old_logp_mean_B=old, own_B=T([False]), omega_B=T([1.5]))
-    loss, m = hacpo_loss(inputs, cross_lower=T([0.8]), cross_clip=False, **RADII)
+    loss, m = hacpo_loss(inputs, StepSettings(cross_lower=T([0.8]), cross_clip=False, **RADII))
     assert loss.item() == pytest.approx(-4.32, rel=1e-5)
     assert m["cross/grad_scale"].item() == pytest.approx(2.16, rel=1e-5)
 
@@ -59,7 +59,7 @@ def test_a_float64_bound_per_row_keeps_the_loss_float32():
     logp, mask, old = seqs([0.9, 0.5])
     inputs = LossInputs(logp, mask, T([1.0, 1.0]), old_logp_mean_B=old, own_B=T([False, False]),
                         omega_B=torch.ones(2))
-    loss, _ = hacpo_loss(inputs, cross_lower=T([0.8, 0.8], dtype=torch.float64), **RADII)
+    loss, _ = hacpo_loss(inputs, StepSettings(cross_lower=T([0.8, 0.8], dtype=torch.float64), **RADII))
     assert loss.dtype == torch.float32
     assert loss.item() == pytest.approx(-(0.9 * 0.9 + 0.8 * 0.8) / 2, rel=1e-5)
 
@@ -80,15 +80,15 @@ def test_every_loss_defaults_to_the_documented_settings(loss_fn):
     # by passing the clip radii alone
     explicit = {"alpha": 1.0, "cross_lower": 0.8, "cross_clip": True, "max_log_ratio": 10.0, "kl_coef": 0.0,
                 "imitation_coef": 1.0}
-    default, _ = loss_fn(everything(), **RADII)
-    given, _ = loss_fn(everything(), **RADII, **explicit)
+    default, _ = loss_fn(everything(), StepSettings(**RADII))
+    given, _ = loss_fn(everything(), StepSettings(**RADII, **explicit))
     assert default.item() == given.item()
     # and each of those settings can change the value here, so the equality above says something
     for key, other in (("max_log_ratio", 11.0), ("kl_coef", 1.0)):
-        changed, _ = loss_fn(everything(), **RADII, **(explicit | {key: other}))
+        changed, _ = loss_fn(everything(), StepSettings(**RADII, **(explicit | {key: other})))
         assert changed.item() != given.item(), key
     if loss_fn is imitation_loss:
-        changed, _ = loss_fn(everything(), **RADII, **(explicit | {"imitation_coef": 2.0}))
+        changed, _ = loss_fn(everything(), StepSettings(**RADII, **(explicit | {"imitation_coef": 2.0})))
         assert changed.item() != given.item()
 
 
@@ -96,8 +96,8 @@ def test_imitation_without_imitate_b_imitates_nothing():
     inputs = everything(0.2)
     none = LossInputs(**{**inputs.__dict__, "imitate_B": None})
     nothing = LossInputs(**{**inputs.__dict__, "imitate_B": T([False, False])})
-    loss_none, m_none = imitation_loss(none, **RADII)
-    loss_nothing, m_nothing = imitation_loss(nothing, **RADII)
+    loss_none, m_none = imitation_loss(none, StepSettings(**RADII))
+    loss_nothing, m_nothing = imitation_loss(nothing, StepSettings(**RADII))
     assert loss_none.item() == loss_nothing.item()
     assert m_none["count/imitated"].item() == 0 and m_nothing["count/imitated"].item() == 0
 
@@ -109,7 +109,7 @@ def test_imitation_metrics_by_hand():
     ref = torch.log(T([[1.1, 1.1], [0.5, 0.5]]))
     inputs = LossInputs(logp, mask, T([2.0, -1.0]), old_logp_mean_B=old, own_B=T([True, False]),
                         ref_logp_BT=ref, imitate_B=T([False, True]))
-    _, m = imitation_loss(inputs, kl_coef=0.1, **RADII)
+    _, m = imitation_loss(inputs, StepSettings(kl_coef=0.1, **RADII))
     assert set(m) == {"pg_loss", "kl", "self/ratio_mean", "self/clip_frac", "imitation/nll", "cross/imitated_frac",
                       "count/own", "count/cross", "count/imitated", "count/empty"}
     assert m["kl"].item() == pytest.approx(0.0, abs=1e-7)
@@ -121,7 +121,8 @@ def test_imitation_metrics_by_hand():
 def test_grpo_metrics_over_a_single_token():
     # one answer of one token, ratio 1.5 with A = 2: the token mean is that token's (no division by 2)
     logp = torch.log(T([[1.5]])).requires_grad_(True)
-    _, m = grpo_loss(LossInputs(logp, torch.ones(1, 1), T([2.0]), old_logp_BT=torch.zeros(1, 1)), **RADII)
+    _, m = grpo_loss(LossInputs(logp, torch.ones(1, 1), T([2.0]), old_logp_BT=torch.zeros(1, 1)),
+                     StepSettings(**RADII))
     assert m["self/ratio_mean"].item() == pytest.approx(1.5, rel=1e-6)
     assert m["self/clip_frac"].item() == 1.0
 
@@ -133,14 +134,14 @@ def test_grpo_metrics_over_a_single_token():
 ])
 def test_each_loss_says_which_input_it_lacks_in_one_line(loss_fn, message):
     with pytest.raises(ValueError, match=message):
-        loss_fn(LossInputs(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1)), **RADII)
+        loss_fn(LossInputs(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1)), StepSettings(**RADII))
 
 
 def test_imitation_says_it_needs_own_b():
     inputs = LossInputs(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1), old_logp_mean_B=torch.zeros(1))
     with pytest.raises(ValueError, match=r"^imitation needs own_B: which rows are the learner's own \(GSPO\) and "
                                          r"which other agents'$"):
-        imitation_loss(inputs, **RADII)
+        imitation_loss(inputs, StepSettings(**RADII))
 
 
 @pytest.mark.parametrize("mode", ["off", "truncate", "mask", "masked-is"])

@@ -16,6 +16,7 @@ from hacrl.core import (
     OWN_METRICS,
     POLICY_LOSSES,
     LossInputs,
+    StepSettings,
     aggregate,
     grpo_loss,
     gspo_loss,
@@ -39,17 +40,17 @@ def hacpo(logp, mask, old, adv, own, omega, ref_logp=None, **kw):
     kw = {"clip_low": 0.2, "clip_high": 0.28, "alpha": 1.0, "cross_lower": 0.8} | kw
     adv, omega = T(adv, dtype=torch.float32), T(omega, dtype=torch.float32)
     return hacpo_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=T(own), omega_B=omega,
-                                 ref_logp_BT=ref_logp), **kw)
+                                 ref_logp_BT=ref_logp), StepSettings(**kw))
 
 
 def gspo(logp, mask, old, adv, ref_logp=None, **kw):
     kw = {"clip_low": 0.2, "clip_high": 0.28} | kw
-    return gspo_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, ref_logp_BT=ref_logp), **kw)
+    return gspo_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, ref_logp_BT=ref_logp), StepSettings(**kw))
 
 
 def grpo(logp, mask, old_tok, adv, ref_logp=None, **kw):
     kw = {"clip_low": 0.2, "clip_high": 0.28} | kw
-    return grpo_loss(LossInputs(logp, mask, adv, old_logp_BT=old_tok, ref_logp_BT=ref_logp), **kw)
+    return grpo_loss(LossInputs(logp, mask, adv, old_logp_BT=old_tok, ref_logp_BT=ref_logp), StepSettings(**kw))
 
 
 def grad_of(loss, logp):
@@ -409,7 +410,7 @@ def test_each_loss_names_the_input_it_lacks():
     for loss_fn, needed in ((hacpo_loss, "old_logp_mean_B"), (gspo_loss, "old_logp_mean_B"),
                             (grpo_loss, "old_logp_BT")):
         with pytest.raises(ValueError, match=needed):
-            loss_fn(inputs, clip_low=0.2, clip_high=0.28)
+            loss_fn(inputs, StepSettings(clip_low=0.2, clip_high=0.28))
 
 
 # ---- one signature behind the registry ---------------------------------------------------------------
@@ -432,7 +433,7 @@ def test_gspo_is_hacpo_with_every_row_own():
     gspo_grad = grad_of(g, logp)
     marked = LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=T([True, False] * 3),
                         omega_B=torch.full((6,), 3.0), ref_logp_BT=ref)
-    g2, _ = gspo_loss(marked, clip_low=0.2, clip_high=0.28, kl_coef=0.1, cross_lower=0.9)
+    g2, _ = gspo_loss(marked, StepSettings(clip_low=0.2, clip_high=0.28, kl_coef=0.1, cross_lower=0.9))
     h, hm = hacpo(logp, mask, old, adv.tolist(), [True] * 6, [3.0] * 6, **kw)
     assert torch.equal(g, h) and torch.equal(g2, h)
     assert torch.equal(gspo_grad, grad_of(h, logp))
@@ -472,7 +473,7 @@ def test_the_loss_stays_float32_under_a_float64_default_dtype():
         x = LossInputs(logp_BT=torch.zeros(2, 1, dtype=torch.float32), mask_BT=torch.ones(2, 1),
                        advantages_B=torch.tensor([1.0, -1.0], dtype=torch.float32),
                        old_logp_mean_B=torch.zeros(2, dtype=torch.float32))
-        loss, _ = hacpo_loss(x, clip_low=0.2, clip_high=0.28)
+        loss, _ = hacpo_loss(x, StepSettings(clip_low=0.2, clip_high=0.28))
     finally:
         torch.set_default_dtype(previous)
     assert loss.dtype == torch.float32
@@ -483,5 +484,5 @@ def test_float64_logprobs_without_a_kl_term_give_a_float32_loss(loss_fn):
     # the KL term's zero (no reference) must be float32 too, or it promotes the loss to the log-probs' dtype
     x = LossInputs(logp_BT=torch.zeros(2, 1, dtype=torch.float64), mask_BT=torch.ones(2, 1),
                    advantages_B=T([1.0, -1.0]), old_logp_mean_B=torch.zeros(2, dtype=torch.float64))
-    loss, metrics = loss_fn(x, clip_low=0.2, clip_high=0.28)
+    loss, metrics = loss_fn(x, StepSettings(clip_low=0.2, clip_high=0.28))
     assert loss.dtype == torch.float32 and metrics["kl"].dtype == torch.float32

@@ -12,7 +12,15 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import NEGATIVE_FILTERS, PARTNER_TERMS, POLICY_LOSSES, LossInputs, gate_weight, partner_loss
+from hacrl.core import (
+    NEGATIVE_FILTERS,
+    PARTNER_TERMS,
+    POLICY_LOSSES,
+    LossInputs,
+    StepSettings,
+    gate_weight,
+    partner_loss,
+)
 from hacrl.core.partner import (
     clipped_term,
     drop_negatives,
@@ -137,8 +145,8 @@ def test_partner_loss_truncated_is_with_the_veto_by_hand():
     # partner: s = 0.5, A = −1: −log s = 0.693 > τ 0.1 → vetoed, 0; s = 3, A = 1 → min(3, 2)·1 = 2
     # loss = −(1.1 − 0.95 + 0 + 2)/4 = −0.5375
     inputs = rows_4()
-    loss, metrics = partner_loss(inputs, clip_low=0.2, clip_high=0.28, partner_term="truncated_is",
-                                 negatives="veto", is_cap=2.0, veto_kl=0.1)
+    loss, metrics = partner_loss(inputs, StepSettings(clip_low=0.2, clip_high=0.28, partner_term="truncated_is",
+                                 negatives="veto", is_cap=2.0, veto_kl=0.1))
     assert float(loss.detach()) == pytest.approx(-0.5375)
     assert float(metrics["cross/kept_frac"]) == pytest.approx(0.5)
     loss.backward()
@@ -153,8 +161,8 @@ def test_truncated_is_still_trains_where_the_log_ratio_is_clamped():
     logp_BT = torch.tensor([[12.0]], dtype=torch.float64, requires_grad=True)
     inputs = LossInputs(logp_BT=logp_BT, mask_BT=torch.ones(1, 1, dtype=torch.bool), advantages_B=torch.tensor([1.0]),
                         old_logp_mean_B=torch.zeros(1), own_B=torch.tensor([False]))
-    loss, _ = partner_loss(inputs, clip_low=0.2, clip_high=0.28, partner_term="truncated_is", is_cap=2.0,
-                           max_log_ratio=10.0)
+    loss, _ = partner_loss(inputs, StepSettings(clip_low=0.2, clip_high=0.28, partner_term="truncated_is",
+                                                is_cap=2.0, max_log_ratio=10.0))
     assert float(loss.detach()) == pytest.approx(-2.0)
     loss.backward()
     assert float(logp_BT.grad[0, 0]) == pytest.approx(-2.0)
@@ -163,7 +171,8 @@ def test_truncated_is_still_trains_where_the_log_ratio_is_clamped():
 def test_partner_loss_keep_trains_the_negative():
     # as above with negatives=keep: the s = 0.5, A = −1 row adds min(0.5, 2)·(−1) = −0.5
     # loss = −(1.1 − 0.95 − 0.5 + 2)/4 = −0.4125
-    loss, _ = partner_loss(rows_4(), clip_low=0.2, clip_high=0.28, partner_term="truncated_is", negatives="keep")
+    loss, _ = partner_loss(rows_4(), StepSettings(clip_low=0.2, clip_high=0.28, partner_term="truncated_is",
+                                                  negatives="keep"))
     assert float(loss.detach()) == pytest.approx(-0.4125)
 
 
@@ -173,7 +182,7 @@ def test_partner_loss_gate_weights_the_partner_rows_only():
     # loss = −(1.1 − 0.95 − 0.4 + 0)/4 = 0.0625
     inputs = rows_4()
     gated = LossInputs(**{**inputs.__dict__, "partner_weight_B": torch.tensor([9.0, 9.0, 0.5, 0.0])})
-    loss, metrics = partner_loss(gated, clip_low=0.2, clip_high=0.28, partner_term="gate")
+    loss, metrics = partner_loss(gated, StepSettings(clip_low=0.2, clip_high=0.28, partner_term="gate"))
     assert float(loss.detach()) == pytest.approx(0.0625)
     assert float(metrics["cross/gate_mean"]) == pytest.approx(0.25)
 
@@ -183,10 +192,10 @@ def test_the_partner_loss_is_registered_and_checks_its_names():
     assert sorted(PARTNER_TERMS) == ["gate", "ratio", "shaping", "truncated_is", "trust"]
     assert sorted(NEGATIVE_FILTERS) == ["drop", "keep", "veto"]
     with pytest.raises(KeyError, match="unknown partner term 'tis'"):
-        partner_loss(rows_4(), clip_low=0.2, clip_high=0.28, partner_term="tis")
+        partner_loss(rows_4(), StepSettings(clip_low=0.2, clip_high=0.28, partner_term="tis"))
     with pytest.raises(ValueError, match="old_logp_mean_B and own_B"):
         partner_loss(LossInputs(logp_BT=torch.zeros(1, 1), mask_BT=torch.ones(1, 1), advantages_B=torch.zeros(1)),
-                     clip_low=0.2, clip_high=0.28)
+                     StepSettings(clip_low=0.2, clip_high=0.28))
 
 
 # ---- the slow reference -------------------------------------------------------------------------------------
@@ -232,8 +241,8 @@ def test_partner_loss_matches_the_slow_reference(term, negatives, seed):
     settings = {"clip_low": 0.2, "clip_high": 0.28}
     inputs = LossInputs(logp_BT=logp, mask_BT=mask, advantages_B=adv, old_logp_mean_B=old, own_B=own,
                         partner_weight_B=g)
-    loss, _ = partner_loss(inputs, **settings, partner_term=term, negatives=negatives, is_cap=1.5,
-                           shaping_gamma=0.1, veto_kl=0.5)
+    loss, _ = partner_loss(inputs, StepSettings(**settings, partner_term=term, negatives=negatives, is_cap=1.5,
+                           shaping_gamma=0.1, veto_kl=0.5))
     expected = reference_partner_loss(logp.tolist(), mask.tolist(), adv.tolist(), old.tolist(), own.tolist(),
                                       g.tolist(), term=term, negatives=negatives, cap=1.5, gamma=0.1, tau=0.5,
                                       **settings)
@@ -252,7 +261,8 @@ def test_partner_loss_is_split_invariant():
     def loss_of(sl):
         inp = LossInputs(logp_BT=logp[sl], mask_BT=mask[sl], advantages_B=adv[sl], old_logp_mean_B=old[sl],
                          own_B=own[sl])
-        return partner_loss(inp, clip_low=0.2, clip_high=0.28, partner_term="truncated_is", negatives="drop")[0]
+        return partner_loss(inp, StepSettings(clip_low=0.2, clip_high=0.28, partner_term="truncated_is",
+                                              negatives="drop"))[0]
 
     full = loss_of(slice(0, 6))
     (g_full,) = torch.autograd.grad(full, logp)

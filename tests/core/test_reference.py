@@ -14,6 +14,7 @@ from torch.testing import assert_close
 
 from hacrl.core import (
     LossInputs,
+    StepSettings,
     grpo_loss,
     gspo_loss,
     hacpo_advantages,
@@ -214,7 +215,8 @@ def test_hacpo_loss_matches_reference(seed):
     logp, mask, old, _, adv, own, omega, ref, kw, hk = random_loss_problem(seed)
     logp = logp.requires_grad_(True)
     inputs = LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=own, omega_B=omega, ref_logp_BT=ref)
-    got, _ = hacpo_loss(inputs, alpha=hk["alpha"], cross_lower=hk["lower"], cross_clip=hk["cross_clip"], **kw)
+    got, _ = hacpo_loss(inputs, StepSettings(alpha=hk["alpha"], cross_lower=hk["lower"], cross_clip=hk["cross_clip"],
+                                             **kw))
     want = ref_hacpo(logp, mask, old, adv, own, omega, clip_low=kw["clip_low"], clip_high=kw["clip_high"],
                      alpha=hk["alpha"], lower=hk["lower"], upper=1.0, cross_clip=hk["cross_clip"],
                      max_log_ratio=kw["max_log_ratio"], ref_logp=ref if kw["kl_coef"] else None,
@@ -227,7 +229,7 @@ def test_hacpo_loss_matches_reference(seed):
 def test_gspo_loss_matches_reference(seed):
     logp, mask, old, _, adv, _, _, ref, kw, _ = random_loss_problem(seed)
     logp = logp.requires_grad_(True)
-    got, _ = gspo_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, ref_logp_BT=ref), **kw)
+    got, _ = gspo_loss(LossInputs(logp, mask, adv, old_logp_mean_B=old, ref_logp_BT=ref), StepSettings(**kw))
     all_own = torch.ones(logp.shape[0], dtype=torch.bool)
     want = ref_hacpo(logp, mask, old, adv, all_own, torch.ones(logp.shape[0]), clip_low=kw["clip_low"],
                      clip_high=kw["clip_high"], alpha=0.0, lower=0.0, upper=1.0, cross_clip=True,
@@ -241,7 +243,7 @@ def test_gspo_loss_matches_reference(seed):
 def test_grpo_loss_matches_reference(seed):
     logp, mask, _, old_tok, adv, _, _, ref, kw, _ = random_loss_problem(seed)
     logp = logp.requires_grad_(True)
-    got, _ = grpo_loss(LossInputs(logp, mask, adv, old_logp_BT=old_tok, ref_logp_BT=ref), **kw)
+    got, _ = grpo_loss(LossInputs(logp, mask, adv, old_logp_BT=old_tok, ref_logp_BT=ref), StepSettings(**kw))
     want = ref_grpo(logp, mask, old_tok, adv, clip_low=kw["clip_low"], clip_high=kw["clip_high"],
                     max_log_ratio=kw["max_log_ratio"], ref_logp=ref if kw["kl_coef"] else None,
                     kl_coef=kw["kl_coef"])
@@ -259,7 +261,7 @@ def test_imitation_loss_matches_reference(seed):
     lam = rng.choice([0.0, 0.5, 1.0, 3.0])
     logp = logp.requires_grad_(True)
     inputs = LossInputs(logp, mask, adv, old_logp_mean_B=old, own_B=own, imitate_B=imitate, ref_logp_BT=ref)
-    got, _ = imitation_loss(inputs, imitation_coef=lam, **kw)
+    got, _ = imitation_loss(inputs, StepSettings(imitation_coef=lam, **kw))
     want = ref_imitation(logp, mask, old, adv, own, imitate, lam=lam, clip_low=kw["clip_low"],
                          clip_high=kw["clip_high"], max_log_ratio=kw["max_log_ratio"],
                          ref_logp=ref if kw["kl_coef"] else None, kl_coef=kw["kl_coef"])

@@ -18,6 +18,7 @@ import torch
 from hacrl.core import (
     SELECTION_REASONS,
     LossInputs,
+    StepSettings,
     hacpo_loss,
     select_within_bound,
     staleness_correction,
@@ -207,7 +208,7 @@ def test_decoupled_objective_by_hand():
     logp = T([[-1.0, -1.0], [-0.5, -0.5]], requires_grad=True)
     x = LossInputs(logp_BT=logp, mask_BT=torch.ones(2, 2), advantages_B=T([1.0, -1.0]),
                    old_logp_mean_B=T([-1.1, -0.5 - math.log(0.9)]), own_B=T([True, False]), rollout_weight_B=w)
-    loss, _ = hacpo_loss(x, **CLIP, cross_lower=0.8)
+    loss, _ = hacpo_loss(x, StepSettings(**CLIP, cross_lower=0.8))
     assert float(loss.detach()) == pytest.approx(-(1.5 * math.exp(0.1) - 0.81) / 2, rel=1e-5)
     loss.backward()
     # ∂/∂logp_t of the own term: w · A · s / L over B = 2 rows → −1.5 · e^0.1 / 2 / 2
@@ -229,7 +230,7 @@ def test_uncut_the_decoupled_gradient_is_the_ratio_against_the_behaviour_policy(
     assert float(m["truncated_frac"]) == 0.0
     x = LossInputs(logp_BT=logp, mask_BT=torch.ones(B, L), advantages_B=adv, old_logp_mean_B=prox_mean,
                    rollout_weight_B=w)
-    loss, metrics = hacpo_loss(x, **CLIP)
+    loss, metrics = hacpo_loss(x, StepSettings(**CLIP))
     assert float(metrics["self/clip_frac"]) == 0.0
     (g_decoupled,) = torch.autograd.grad(loss, logp)
     is_loss = -(torch.exp(logp.mean(-1) - behav_mean) * adv).mean()
@@ -280,7 +281,7 @@ def test_decoupled_objective_matches_the_loop_reference(seed):
     old_B = T([p if o else c for p, c, o in zip(prox_mean, old_mean, own, strict=True)])
     x = LossInputs(logp_BT=T(logp, dtype=torch.float64), mask_BT=T([[t < n for t in range(L)] for n in lengths]),
                    advantages_B=T(adv), old_logp_mean_B=old_B, own_B=T(own), omega_B=T(omega), rollout_weight_B=w)
-    loss, _ = hacpo_loss(x, **CLIP, cross_lower=0.8, alpha=1.0)
+    loss, _ = hacpo_loss(x, StepSettings(**CLIP, cross_lower=0.8, alpha=1.0))
     ref = reference_objective(logp, lengths, prox_mean, behav_mean, gap, own, adv, old_mean, cap, 0.2, 0.28, 0.8,
                               1.0, omega)
     assert float(loss) == pytest.approx(ref, rel=1e-4, abs=1e-6)
@@ -296,8 +297,8 @@ def test_at_bound_zero_the_objective_is_the_lock_step_one():
     w, _ = staleness_correction(prox_logp_sum_B=torch.randn(B, generator=gen),
                                 behav_logp_sum_B=torch.randn(B, generator=gen), num_tokens_B=torch.full((B,), L), version_gap_B=torch.zeros(B, dtype=torch.long),
                                 own_B=base.own_B, mode="truncate", cap=2.0)
-    a, _ = hacpo_loss(base, **CLIP)
-    b, _ = hacpo_loss(LossInputs(**{**base.__dict__, "rollout_weight_B": w}), **CLIP)
+    a, _ = hacpo_loss(base, StepSettings(**CLIP))
+    b, _ = hacpo_loss(LossInputs(**{**base.__dict__, "rollout_weight_B": w}), StepSettings(**CLIP))
     assert torch.equal(a, b)
 
 

@@ -16,10 +16,18 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import LossInputs, group_advantages, gspo_loss, partner_loss, weighted_group_advantages
+from hacrl.core import (
+    LossInputs,
+    StepSettings,
+    group_advantages,
+    gspo_loss,
+    partner_loss,
+    weighted_group_advantages,
+)
 from hacrl.core.trust import TrustRule, TrustState, kept_shares, paired_check, ratio_floor, rollout_budget
 
 KW = {"clip_low": 0.2, "clip_high": 0.28}
+TRUST = StepSettings(partner_term="trust", **KW)
 
 
 # ---- the paired check and the trust update ----------------------------------------------------------------------
@@ -157,7 +165,7 @@ def test_the_floor_cuts_and_trust_scales_partner_rows_by_hand():
     # τ·s·A = 0.25 (inside GSPO's clip for A > 0: s < 1 + ε_h). loss = −(1 + 0 + 0.25)/3
     inputs, logp_BT = _rows([0.0, math.log(0.05), math.log(0.5)], [1.0, 1.0, 1.0], [True, False, False],
                             [1.0, 0.5, 0.5], [0.0, 0.1, 0.1])
-    loss, metrics = partner_loss(inputs, partner_term="trust", **KW)
+    loss, metrics = partner_loss(inputs, TRUST)
     assert float(loss.detach()) == pytest.approx(-1.25 / 3)
     loss.backward()
     assert_close(logp_BT.grad[:, 0], torch.tensor([-1 / 3, 0.0, -0.25 / 3], dtype=torch.float64))
@@ -169,12 +177,12 @@ def test_zero_trust_is_training_alone():
     # their share of the minibatch (2 of 4 rows)
     logps, adv = [math.log(1.1), math.log(0.9), math.log(0.9), math.log(1.5)], [1.0, -1.0, 1.0, -1.0]
     inputs, logp_BT = _rows(logps, adv, [True, True, False, False], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0])
-    loss, _ = partner_loss(inputs, partner_term="trust", **KW)
+    loss, _ = partner_loss(inputs, TRUST)
     loss.backward()
     own = torch.tensor([[logps[0]], [logps[1]]], dtype=torch.float64, requires_grad=True)
     alone, _ = gspo_loss(LossInputs(logp_BT=own, mask_BT=torch.ones_like(own, dtype=torch.bool),
                                     advantages_B=torch.tensor(adv[:2], dtype=torch.float64),
-                                    old_logp_mean_B=torch.zeros(2, dtype=torch.float64)), **KW)
+                                    old_logp_mean_B=torch.zeros(2, dtype=torch.float64)), StepSettings(**KW))
     alone.backward()
     assert float(loss.detach()) == pytest.approx(float(alone.detach()) * 2 / 4)
     assert_close(logp_BT.grad[:2, 0], own.grad[:, 0] * 2 / 4)
@@ -187,12 +195,12 @@ def test_full_trust_is_naive_above_the_floor():
     logps = [math.log(1.1), math.log(0.3), math.log(0.8), math.log(1.3), math.log(0.05)]
     adv = [1.0, 1.0, -1.0, -1.0, 1.0]
     inputs, logp_BT = _rows(logps, adv, [True, False, False, False, False], [1.0] * 5, [0.0] + [0.1] * 4)
-    loss, _ = partner_loss(inputs, partner_term="trust", **KW)
+    loss, _ = partner_loss(inputs, TRUST)
     loss.backward()
     naive_logp = torch.tensor([[x] for x in logps], dtype=torch.float64, requires_grad=True)
     naive, _ = gspo_loss(LossInputs(logp_BT=naive_logp, mask_BT=torch.ones_like(naive_logp, dtype=torch.bool),
                                     advantages_B=torch.tensor(adv, dtype=torch.float64),
-                                    old_logp_mean_B=torch.zeros(5, dtype=torch.float64)), **KW)
+                                    old_logp_mean_B=torch.zeros(5, dtype=torch.float64)), StepSettings(**KW))
     naive.backward()
     assert_close(logp_BT.grad[:4, 0], naive_logp.grad[:4, 0])
     assert float(logp_BT.grad[4, 0]) == 0.0 and float(naive_logp.grad[4, 0]) != 0.0
@@ -203,7 +211,7 @@ def test_the_trained_mean_divides_by_the_rows_that_train_by_hand():
     # one its τ 0.5, so the mean is over 1.5 rows: loss −1.25/1.5, gradients −1/1.5, 0, −0.25/1.5
     inputs, logp_BT = _rows([0.0, math.log(0.05), math.log(0.5)], [1.0, 1.0, 1.0], [True, False, False],
                             [1.0, 0.5, 0.5], [0.0, 0.1, 0.1])
-    loss, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), partner_term="trust", **KW)
+    loss, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), TRUST)
     assert float(loss.detach()) == pytest.approx(-1.25 / 1.5)
     loss.backward()
     assert_close(logp_BT.grad[:, 0], torch.tensor([-1 / 1.5, 0.0, -0.25 / 1.5], dtype=torch.float64))
@@ -212,12 +220,12 @@ def test_the_trained_mean_divides_by_the_rows_that_train_by_hand():
 def test_zero_trust_with_the_trained_mean_is_gspo_on_the_own_rows_exactly():
     logps, adv = [math.log(1.1), math.log(0.9), math.log(0.9), math.log(1.5)], [1.0, -1.0, 1.0, -1.0]
     inputs, logp_BT = _rows(logps, adv, [True, True, False, False], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0])
-    loss, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), partner_term="trust", **KW)
+    loss, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), TRUST)
     loss.backward()
     own = torch.tensor([[logps[0]], [logps[1]]], dtype=torch.float64, requires_grad=True)
     alone, _ = gspo_loss(LossInputs(logp_BT=own, mask_BT=torch.ones_like(own, dtype=torch.bool),
                                     advantages_B=torch.tensor(adv[:2], dtype=torch.float64),
-                                    old_logp_mean_B=torch.zeros(2, dtype=torch.float64)), **KW)
+                                    old_logp_mean_B=torch.zeros(2, dtype=torch.float64)), StepSettings(**KW))
     alone.backward()
     assert float(loss.detach()) == pytest.approx(float(alone.detach()))  # not scaled by the own share 2/4
     assert_close(logp_BT.grad[:2, 0], own.grad[:, 0])
@@ -226,8 +234,8 @@ def test_zero_trust_with_the_trained_mean_is_gspo_on_the_own_rows_exactly():
 def test_the_trained_mean_is_the_plain_mean_when_every_row_trains_at_full_trust():
     logps, adv = [math.log(1.1), math.log(0.3), math.log(0.8)], [1.0, 1.0, -1.0]
     inputs, _ = _rows(logps, adv, [True, False, False], [1.0] * 3, [0.0, 0.1, 0.1])
-    plain, _ = partner_loss(inputs, partner_term="trust", **KW)
-    trained, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), partner_term="trust", **KW)
+    plain, _ = partner_loss(inputs, TRUST)
+    trained, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), TRUST)
     assert float(trained) == pytest.approx(float(plain))
 
 

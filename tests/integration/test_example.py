@@ -9,7 +9,14 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hacrl.core import CapabilityTracker, LossInputs, hacpo_advantages, hacpo_loss, stepwise_lower_bound
+from hacrl.core import (
+    CapabilityTracker,
+    LossInputs,
+    StepSettings,
+    hacpo_advantages,
+    hacpo_loss,
+    stepwise_lower_bound,
+)
 
 pytestmark = pytest.mark.model
 
@@ -72,9 +79,9 @@ def test_one_step_of_the_example_is_what_hacrl_core_computes(load_script):
             logp, mask = ex.logprobs(learner.model, [r["prompt"] for r in mb], [r["answer"] for r in mb])
             inputs = LossInputs(logp, mask, adv_B[lo:hi], old_logp_mean_B=torch.tensor([r["old_mean"] for r in mb]),
                                 own_B=sources[lo:hi] == k, omega_B=omega_B[lo:hi])
-            core_loss, metrics = hacpo_loss(inputs, clip_low=ex.CLIP_LOW, clip_high=ex.CLIP_HIGH, alpha=ex.ALPHA,
-                                            cross_lower=stepwise_lower_bound(m, delta=ex.DELTA,
-                                                                             delta_step=ex.DELTA_STEP))
+            step = StepSettings(clip_low=ex.CLIP_LOW, clip_high=ex.CLIP_HIGH, alpha=ex.ALPHA,
+                                cross_lower=stepwise_lower_bound(m, delta=ex.DELTA, delta_step=ex.DELTA_STEP))
+            core_loss, metrics = hacpo_loss(inputs, step)
             assert int(metrics["count/own"]) > 0 and int(metrics["count/cross"]) > 0
             assert_close(ex_loss, core_loss, rtol=1e-5, atol=1e-7)
             ex_grads = torch.autograd.grad(ex_loss, params, allow_unused=True)

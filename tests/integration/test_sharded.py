@@ -14,14 +14,16 @@ import torch.multiprocessing as mp
 
 from hacrl.agents.agent import enable_checkpointing, load_agent
 from hacrl.agents.tiny import tiny_agent_path
+from hacrl.core import StepSettings
 from hacrl.learner import sharding
 from hacrl.learner.algorithms import ALGORITHMS
-from hacrl.learner.update import LossSettings, ViewRow, update_learner
+from hacrl.learner.settings import LossSettings
+from hacrl.learner.update import ViewRow, update_learner
 
 WORLD = 2
-SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025,
-                        max_log_ratio=10.0, kl_coef=0.05, imitation_coef=1.0, rollout_correction="off",
-                        rollout_correction_cap=2.0)
+SETTINGS = LossSettings(StepSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, max_log_ratio=10.0,
+                                     kl_coef=0.05, imitation_coef=1.0),
+                        delta=0.2, delta_step=0.025, rollout_correction="off", rollout_correction_cap=2.0)
 
 
 def make_agent(lora: bool):

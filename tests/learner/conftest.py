@@ -1,14 +1,13 @@
 """The learner tests' spy on the policy losses (``spy``): a registry standing in for ``POLICY_LOSSES`` whose
-entries call the real loss and keep its ``LossInputs``, keyword settings and value."""
+entries call the real loss and keep its ``LossInputs``, ``StepSettings`` and value."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
-from hacrl.core import POLICY_LOSSES, LossInputs
+from hacrl.core import POLICY_LOSSES, LossInputs, StepSettings
 from hacrl.learner import update
 from hacrl.registry import Registry
 
@@ -17,7 +16,7 @@ from hacrl.registry import Registry
 class Call:
     loss: str
     inputs: LossInputs
-    settings: dict[str, Any]
+    settings: StepSettings
     value: float
 
 
@@ -29,8 +28,8 @@ def spy(monkeypatch) -> list[Call]:
     for name in POLICY_LOSSES:
         real = POLICY_LOSSES.get(name)
 
-        def recorded(inputs, _real=real, _name=name, **settings):
-            loss, metrics = _real(inputs, **settings)
+        def recorded(inputs, settings, _real=real, _name=name):
+            loss, metrics = _real(inputs, settings)
             calls.append(Call(_name, inputs, settings, float(loss.detach())))
             return loss, metrics
         registry.add(name, recorded)

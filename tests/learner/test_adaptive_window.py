@@ -22,7 +22,7 @@ from test_update import (  # the spy fixture is tests/learner/conftest.py's
 )
 
 from hacrl.config import derive, load_config
-from hacrl.core import hacpo_loss
+from hacrl.core import StepSettings, hacpo_loss
 from hacrl.core.losses import LossInputs
 from hacrl.core.window import CrossWindow, coverage_lower_bound
 from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
@@ -46,8 +46,8 @@ def _cross_inputs(ratios: list[float], advantages: list[float]) -> LossInputs:
 def test_a_constant_bound_tensor_equals_the_float():
     ratios, adv = [0.5, 0.81, 0.9, 1.5], [1.0, -1.0, 1.0, 1.0]
     a, b = _cross_inputs(ratios, adv), _cross_inputs(ratios, adv)
-    loss_a, m_a = hacpo_loss(a, clip_low=0.2, clip_high=0.28, cross_lower=0.8)
-    loss_b, m_b = hacpo_loss(b, clip_low=0.2, clip_high=0.28, cross_lower=torch.full((4,), 0.8))
+    loss_a, m_a = hacpo_loss(a, StepSettings(clip_low=0.2, clip_high=0.28, cross_lower=0.8))
+    loss_b, m_b = hacpo_loss(b, StepSettings(clip_low=0.2, clip_high=0.28, cross_lower=torch.full((4,), 0.8)))
     loss_a.backward()
     loss_b.backward()
     assert float(loss_a.detach()) == float(loss_b.detach())
@@ -59,7 +59,7 @@ def test_each_row_is_clipped_at_its_own_bound():
     # ratio 0.6 under bounds 0.5 (inside: gradient) and 0.7 (below: none); α = 1, ω = 2, A = 1, B = 2:
     # J = c·sg(c)·ω·A, d(−J/B)/d logp = −c·c·ω/B = −0.36 for the row inside
     x = _cross_inputs([0.6, 0.6], [1.0, 1.0])
-    loss, metrics = hacpo_loss(x, clip_low=0.2, clip_high=0.28, cross_lower=torch.tensor([0.5, 0.7]))
+    loss, metrics = hacpo_loss(x, StepSettings(clip_low=0.2, clip_high=0.28, cross_lower=torch.tensor([0.5, 0.7])))
     loss.backward()
     assert x.logp_BT.grad[:, 0].tolist() == pytest.approx([-0.36, 0.0])
     assert float(metrics["cross/in_window_frac"]) == 0.5
@@ -85,7 +85,7 @@ def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy
     # own rows: their (unused) entry 0.9; agent 1's rows: ℓ_0 = 0.3, + m·δ_step = 0.025 per minibatch
     for m, call in enumerate(spy):
         expected = [min(1.0, 0.9 + 0.025 * m)] * 2 + [0.3 + 0.025 * m] * 4
-        assert call.settings["cross_lower"].tolist() == pytest.approx(expected)
+        assert call.settings.cross_lower.tolist() == pytest.approx(expected)
     # lr 0: the weights never move, so every minibatch sees its cross rows at exactly CROSS_RATIOS
     assert list(seen) == [1]
     assert seen[1] == pytest.approx(list(CROSS_RATIOS) * 3, rel=1e-6)  # π_old travels in float32
@@ -95,7 +95,7 @@ def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy
 def test_a_fixed_window_passes_the_float_bound(spy):
     agent = make_agent()
     calls = run_algorithm("hacpo", agent, ablation_minibatches(agent), spy)
-    assert [c.settings["cross_lower"] for c in calls] == pytest.approx([0.8, 0.825, 0.85])
+    assert [c.settings.cross_lower for c in calls] == pytest.approx([0.8, 0.825, 0.85])
 
 
 @pytest.mark.parametrize(("name", "cross_window", "expected"), [

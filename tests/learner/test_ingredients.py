@@ -16,13 +16,15 @@ import torch
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.config import ConfigError, load_config
-from hacrl.core import omega_matrix, sequence_log_ratio
+from hacrl.core import StepSettings, omega_matrix, sequence_log_ratio
 from hacrl.learner.algorithms import ALGORITHMS, INGREDIENTS, PARTNER_WEIGHT_LOSS, compose, resolve
+from hacrl.learner.settings import LossSettings
 from hacrl.learner.sharing import select_partner_rows
-from hacrl.learner.update import LossSettings, ViewRow, _forward, assign_advantages, update_learner
+from hacrl.learner.update import ViewRow, _forward, assign_advantages, update_learner
 
-SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
-                        kl_coef=0.0, imitation_coef=0.1, rollout_correction="off", rollout_correction_cap=2.0)
+SETTINGS = LossSettings(StepSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, max_log_ratio=10.0,
+                                     kl_coef=0.0, imitation_coef=0.1),
+                        delta=0.2, delta_step=0.025, rollout_correction="off", rollout_correction_cap=2.0)
 OMEGA = omega_matrix(torch.tensor([0.5, 0.5, 0.5]))  # ω = 1 everywhere
 
 
@@ -301,7 +303,7 @@ def test_gated_groups_gate_is_the_learners_pi_old_over_the_authors(spy):
     assign_advantages(rows, 0, algo, OMEGA)
     metrics = update_learner(agent, [rows], algo, SETTINGS, micro_batch_size=64, grad_clip=1.0)
     (call,) = spy
-    assert call.loss == "partner" and call.settings["partner_term"] == "gate"
+    assert call.loss == "partner" and call.settings.partner_term == "gate"
     assert call.inputs.partner_weight_B.tolist() == pytest.approx([1.0, 1.0, 0.0, 0.9, 1.0], rel=1e-6)
     assert ratios([call])[2:] == [1.0, 1.0, 1.0]  # the PPO ratio is against the learner's own π_old
     assert metrics["partner_old/gate_pass_frac"] == pytest.approx(2 / 3)
@@ -346,7 +348,7 @@ def test_sgt_gives_no_partner_term_where_the_learner_had_a_correct_answer(spy):
     first, second = spy
     assert first.inputs.imitate_B.tolist() == [False, False, True]
     assert second.inputs.imitate_B.tolist() == [False, False]
-    assert first.settings["imitation_coef"] == 0.1
+    assert first.settings.imitation_coef == 0.1
     # prompt 0: own advantages 0 (all failed), so its loss is λ·NLL of "42" alone
     assert first.value == pytest.approx(0.1 * metrics["imitation/nll"], rel=1e-6)
 

@@ -8,7 +8,7 @@ import torch
 
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
-from hacrl.core import LossInputs, hacpo_loss
+from hacrl.core import LossInputs, StepSettings, hacpo_loss
 from hacrl.learner.update import ViewRow, _forward
 
 pytestmark = pytest.mark.model
@@ -44,7 +44,8 @@ def test_reference_on_own_rows_gives_the_same_loss(shared):
         inputs = LossInputs(logp, mask, torch.tensor([r.advantage for r in rows], dtype=torch.float64),
                             old_logp_mean_B=torch.full((5,), -1.0, dtype=torch.float64), own_B=torch.tensor(own),
                             omega_B=torch.ones(5, dtype=torch.float64), ref_logp_BT=ref)
-        return hacpo_loss(inputs, clip_low=0.2, clip_high=0.2, alpha=1.0, cross_lower=0.5, kl_coef=0.1)
+        return hacpo_loss(inputs, StepSettings(clip_low=0.2, clip_high=0.2, alpha=1.0, cross_lower=0.5,
+                                               kl_coef=0.1))
 
     (l_all, m_all), (l_own, _) = loss(ref_all), loss(ref_own)
     assert float(m_all["kl"]) > 0

@@ -18,14 +18,17 @@ import torch
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.config import derive, load_config, rollout_correction_mode
+from hacrl.core import StepSettings
 from hacrl.learner.algorithms import ALGORITHMS
-from hacrl.learner.update import LossSettings, ViewRow, _forward, build_view, update_learner
+from hacrl.learner.settings import LossSettings
+from hacrl.learner.update import ViewRow, _forward, build_view, update_learner
 from hacrl.pool import TrajectoryPool
 from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory
 
-SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
-                        kl_coef=0.0, imitation_coef=1.0, rollout_correction="off", rollout_correction_cap=2.0)
+SETTINGS = LossSettings(StepSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, max_log_ratio=10.0,
+                                     kl_coef=0.0, imitation_coef=1.0),
+                        delta=0.2, delta_step=0.025, rollout_correction="off", rollout_correction_cap=2.0)
 
 
 def make_agent():

@@ -1,7 +1,7 @@
 """The learner's path from literal rows to the policy loss (``hacrl.learner.update``), hand-computed.
 
 What the loss receives is recorded by a spy registry standing in for ``POLICY_LOSSES``: every entry calls the
-real loss and keeps its ``LossInputs``, keyword settings and value. The agents are the shipped tiny models in
+real loss and keeps its ``LossInputs``, ``StepSettings`` and value. The agents are the shipped tiny models in
 float64; a learning rate of 0 keeps the weights fixed, so two runs on the same rows see the same log-probs.
 """
 
@@ -20,15 +20,21 @@ from torch.testing import assert_close
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.config import derive, load_config
-from hacrl.core import LossInputs, omega_matrix
+from hacrl.core import LossInputs, StepSettings, omega_matrix
 from hacrl.learner.algorithms import ALGORITHMS
-from hacrl.learner.update import LossSettings, ViewRow, _forward, assign_advantages, update_learner
+from hacrl.learner.settings import LossSettings
+from hacrl.learner.update import ViewRow, _forward, assign_advantages, update_learner
 from hacrl.trainer.trainer import Trainer
 
 # δ = 0.2, δ_step = 0.025: ℓ_0 = 0.8, ℓ_1 = 0.825, ℓ_2 = 0.85, ℓ_3 = 0.875
-SETTINGS = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
-                        kl_coef=0.0, imitation_coef=1.0, rollout_correction="truncate",
-                        rollout_correction_cap=2.0)
+SETTINGS = LossSettings(StepSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, max_log_ratio=10.0,
+                                     kl_coef=0.0, imitation_coef=1.0),
+                        delta=0.2, delta_step=0.025, rollout_correction="truncate", rollout_correction_cap=2.0)
+
+
+def with_loss(**changes) -> LossSettings:
+    """``SETTINGS`` with some of the policy loss's settings changed."""
+    return dataclasses.replace(SETTINGS, loss=dataclasses.replace(SETTINGS.loss, **changes))
 
 
 
@@ -88,7 +94,7 @@ def test_cross_lower_bound_per_minibatch_restarts_per_learner_and_step(tmp_path,
             trainer.step()
     finally:
         trainer.close()
-    bounds = [c.settings["cross_lower"] for c in spy]
+    bounds = [c.settings.cross_lower for c in spy]
     assert bounds == pytest.approx([0.8, 0.825, 0.85, 0.875] * 4)  # 2 steps × 2 learners
     assert all(c.loss == "hacpo" for c in spy)
 
@@ -126,7 +132,8 @@ def run_algorithm(name: str, agent, mbs, spy, cap: torch.Tensor = CAP) -> list: 
 
 def differences(a, b) -> set[str]:  # two Call records of the spy (conftest.py)
     fields = {f.name for f in dataclasses.fields(LossInputs)}
-    out = {k for k in a.settings.keys() | b.settings.keys() if a.settings.get(k) != b.settings.get(k)}
+    out = {f.name for f in dataclasses.fields(StepSettings)
+           if getattr(a.settings, f.name) != getattr(b.settings, f.name)}
     for f in fields:
         x, y = getattr(a.inputs, f), getattr(b.inputs, f)
         same = x is y is None or (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and torch.equal(x, y)) \
@@ -152,7 +159,7 @@ def test_an_ablation_changes_only_what_it_names(spy, ablation, changes):
     assert len(plain) == len(ablated) == 3
     # what the loss is handed: only the named setting or input differs, in some minibatch
     assert set().union(*(differences(p, a) for p, a in zip(plain, ablated))) == changes
-    assert [c.settings["cross_lower"] for c in plain] == pytest.approx([0.8, 0.825, 0.85])
+    assert [c.settings.cross_lower for c in plain] == pytest.approx([0.8, 0.825, 0.85])
     # and the loss moves with it
     assert any(abs(p.value - a.value) > 1e-6 for p, a in zip(plain, ablated))
 
@@ -185,9 +192,9 @@ def test_ablation_settings_are_the_papers_switches(spy):
     mbs = ablation_minibatches(agent)
     calls = {name: run_algorithm(name, agent, mbs, spy)
              for name in ("hacpo", "hacpo-noclip", "hacpo-alpha0", "hacpo-nostep", "hacpo-noomega")}
-    assert [c.settings["cross_clip"] for c in calls["hacpo-noclip"]] == [False] * 3
-    assert [c.settings["alpha"] for c in calls["hacpo-alpha0"]] == [0.0] * 3
-    assert [c.settings["cross_lower"] for c in calls["hacpo-nostep"]] == pytest.approx([0.8] * 3)
+    assert [c.settings.cross_clip for c in calls["hacpo-noclip"]] == [False] * 3
+    assert [c.settings.alpha for c in calls["hacpo-alpha0"]] == [0.0] * 3
+    assert [c.settings.cross_lower for c in calls["hacpo-nostep"]] == pytest.approx([0.8] * 3)
     cross = ~calls["hacpo"][0].inputs.own_B
     assert calls["hacpo"][0].inputs.omega_B[cross].tolist() == pytest.approx([4.0] * 4)  # 0.8 / 0.2
     assert calls["hacpo-noomega"][0].inputs.omega_B.tolist() == [1.0] * 6
@@ -252,7 +259,7 @@ def test_grpo_loss_gets_the_configs_clip_radii(tmp_path, spy, overrides, expecte
     finally:
         trainer.close()
     assert spy and {c.loss for c in spy} == {"grpo"}
-    assert {(c.settings["clip_low"], c.settings["clip_high"]) for c in spy} == {expected}
+    assert {(c.settings.clip_low, c.settings.clip_high) for c in spy} == {expected}
 
 
 def test_sequence_losses_keep_gspos_default_radii():
@@ -306,10 +313,10 @@ def test_imitation_learner_path_by_hand(spy):
     agent = make_agent()
     rows = imitation_rows(agent)
     metrics = update_learner(agent, [rows], ALGORITHMS.get("imitation"),
-                             dataclasses.replace(SETTINGS, imitation_coef=0.5), micro_batch_size=64, grad_clip=1.0)
+                             with_loss(imitation_coef=0.5), micro_batch_size=64, grad_clip=1.0)
     (call,) = spy
     x = call.inputs
-    assert call.loss == "imitation" and call.settings["imitation_coef"] == 0.5
+    assert call.loss == "imitation" and call.settings.imitation_coef == 0.5
     assert x.own_B.tolist() == [True, True, False, False, False, False]
     assert x.imitate_B.tolist() == [False, False, True, False, False, False]  # only the whole, fully correct one
     assert (x.own_share, x.imitate_share) == (2 / 6, 1 / 6)
@@ -331,7 +338,7 @@ def test_imitation_with_lambda_zero_is_gspo_on_the_own_answers(spy, micro):
     rows = imitation_rows(agent)
     rows[0].old_logp_mean -= math.log(1.1)  # an own ratio of 1.1, inside GSPO's window [0.8, 1.28]
     im = update_learner(agent, [copy.deepcopy(rows)], ALGORITHMS.get("imitation"),
-                        dataclasses.replace(SETTINGS, imitation_coef=0.0), micro_batch_size=micro, grad_clip=1e9)
+                        with_loss(imitation_coef=0.0), micro_batch_size=micro, grad_clip=1e9)
     own = copy.deepcopy([r for r in rows if r.is_own])
     assign_advantages(own, 0, ALGORITHMS.get("gspo"), omega_matrix(CAP))
     assert [r.advantage for r in own] == [r.advantage for r in rows[:2]]
@@ -373,7 +380,7 @@ def test_imitation_makes_hacpos_optimizer_steps_on_hacpos_rows(tmp_path, spy):
 @pytest.mark.model
 def test_imitation_coef_reaches_the_loss(tmp_path, spy):
     run_trainer(tmp_path, ["algorithm.name=imitation", "algorithm.imitation_coef=0.25"])
-    assert spy and {c.settings["imitation_coef"] for c in spy} == {0.25}
+    assert spy and {c.settings.imitation_coef for c in spy} == {0.25}
 
 
 # ---- found by mutation testing (docs/mutation.md) ------------------------------------------------
@@ -460,7 +467,7 @@ def test_observed_cross_ratios_are_clamped_as_the_loss_clamps_them(spy):
     cross = row(agent, 0, 1, 0, "12+30=", "42", 1.0)
     cross.old_logp_mean = 50.0
     seen: dict[int, list[float]] = {}
-    update_learner(agent, [[cross]], ALGORITHMS.get("hacpo"), dataclasses.replace(SETTINGS, max_log_ratio=2.0),
+    update_learner(agent, [[cross]], ALGORITHMS.get("hacpo"), with_loss(max_log_ratio=2.0),
                    micro_batch_size=64, grad_clip=1.0, observed_ratios=seen)
     assert seen == {1: [pytest.approx(math.exp(-2.0), rel=1e-6)]}
 
@@ -492,7 +499,7 @@ def test_loss_inputs_carry_the_reference_logprobs_to_the_kl_term():
     inputs = loss_inputs([own], ALGORITHMS.get("hacpo"), torch.log(torch.tensor([[0.5]])),
                          torch.ones(1, 1, dtype=torch.bool), ref_BT)
     assert inputs.ref_logp_BT is ref_BT
-    loss, metrics = hacpo_loss(inputs, clip_low=0.2, clip_high=0.28, kl_coef=1.0)
+    loss, metrics = hacpo_loss(inputs, StepSettings(clip_low=0.2, clip_high=0.28, kl_coef=1.0))
     assert float(metrics["kl"]) == pytest.approx(0.1931472) and float(loss) == pytest.approx(0.1931472)
 
 
@@ -501,7 +508,7 @@ def test_rollout_weights_clamp_at_the_settings_max_log_ratio_and_report_no_count
 
     # π_prox −1, the engine's −6 per token: log w = 5, clamped to max_log_ratio = 1 → w = e (cap 100: no cut)
     own = ViewRow(0, 0, True, [1], [2, 3], -1.0, None, 1.0, behav_logp_mean=-6.0)
-    settings = dataclasses.replace(SETTINGS, max_log_ratio=1.0, rollout_correction_cap=100.0)
+    settings = dataclasses.replace(with_loss(max_log_ratio=1.0), rollout_correction_cap=100.0)
     metrics = assign_rollout_weights([own], settings)
     assert own.rollout_weight == pytest.approx(math.e, rel=1e-6)
     assert set(metrics) == {"weight_mean", "weight_max", "weight_min", "truncated_frac", "masked_frac",

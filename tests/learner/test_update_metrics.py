@@ -41,7 +41,7 @@ def run(agent, algo_name: str, kl_coef: float, spy, *, shared: bool = True) -> d
     rows = rows_of(agent)
     algo = ALGORITHMS.get(algo_name)
     assign_advantages(rows, 0, algo, omega_matrix(CAP))
-    settings = dataclasses.replace(SETTINGS, kl_coef=kl_coef)
+    settings = dataclasses.replace(SETTINGS, loss=dataclasses.replace(SETTINGS.loss, kl_coef=kl_coef))
     return update_learner(agent, [rows], algo, settings, micro_batch_size=64, grad_clip=1.0, shared_prompt=shared)
 
 
@@ -54,7 +54,7 @@ def test_the_reference_logprobs_reach_the_loss_on_the_rows_the_kl_term_covers(sp
     metrics = run(agent, algo_name, kl_coef, spy)
     (call,) = spy
     ref, mask = call.inputs.ref_logp_BT, call.inputs.mask_BT
-    assert ref is not None and call.settings["kl_coef"] == kl_coef
+    assert ref is not None and call.settings.kl_coef == kl_coef
     for i, on in enumerate(ref_on):
         got = ref[i][mask[i].bool()].tolist()
         if on:  # the reference model's own log-probs, not the policy's

@@ -101,11 +101,14 @@ def training_logps(agent, prompts, answers) -> torch.Tensor:
 
 def sharded_update(agent, group, rank):
     """One HACPO update on rows that make the answers likelier or not (each rank its half of the micro-batches)."""
+    from hacrl.core import StepSettings
     from hacrl.learner.algorithms import ALGORITHMS
-    from hacrl.learner.update import LossSettings, ViewRow, update_learner
+    from hacrl.learner.settings import LossSettings
+    from hacrl.learner.update import ViewRow, update_learner
 
-    settings = LossSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, delta=0.2, delta_step=0.025, max_log_ratio=10.0,
-                            kl_coef=0.0, imitation_coef=1.0, rollout_correction="off", rollout_correction_cap=2.0)
+    settings = LossSettings(StepSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, max_log_ratio=10.0,
+                                         kl_coef=0.0, imitation_coef=1.0),
+                            delta=0.2, delta_step=0.025, rollout_correction="off", rollout_correction_cap=2.0)
     prompts, answers = fixed_answers(agent)
     rows = [ViewRow(prompt_index=i, source=0, is_own=True, prompt_ids=p, answer_ids=a, old_logp_mean=-1.0,
                     old_token_logps=None, reward=float(i % 2), advantage=1.0 if i % 2 else -1.0)

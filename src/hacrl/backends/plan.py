@@ -435,11 +435,14 @@ def measure_update_peak(agent: Any, rows: list[Any], *, micro_batch_size: int,
     added. Returns ``peak`` and ``resident`` in bytes."""
     from torch.profiler import ProfilerActivity, profile
 
+    from hacrl.config import AlgorithmConfig
     from hacrl.learner.algorithms import ALGORITHMS
+    from hacrl.learner.settings import loss_settings
     from hacrl.learner.sharding import optimizer_numel
-    from hacrl.learner.update import LossSettings, update_learner
+    from hacrl.learner.update import update_learner
 
-    settings = LossSettings(0.2, 0.28, 1.0, 0.2, 0.025, 10.0, kl_coef, 1.0, "off", 2.0)
+    settings = loss_settings(AlgorithmConfig(clip_low=0.2, clip_high=0.28), kl_coef=kl_coef,
+                             rollout_correction="off")
 
     def step() -> None:
         update_learner(agent, [rows], ALGORITHMS.get("gspo"), settings, micro_batch_size=micro_batch_size,

@@ -49,8 +49,8 @@ from hacrl.learner.algorithms import derive_for, resolve
 from hacrl.learner.learn import Schedule, StaleSettings, learn
 from hacrl.learner.old_logprobs import recompute_logprobs
 from hacrl.learner.request import UpdateRequest
+from hacrl.learner.settings import loss_settings
 from hacrl.learner.trust import TRUST_FILE, LearnerTrust
-from hacrl.learner.update import LossSettings
 from hacrl.learner.window import WINDOW_FILE, LearnerWindow
 from hacrl.rollout import SamplingParams
 from hacrl.rollout.base import generate_answers, logprob_gap
@@ -82,11 +82,8 @@ class AgentWorker:
         self.spec = cfg.agents[index]
         self.algo = resolve(cfg.algorithm)  # the named algorithm with the ingredients the config sets
         self.derived = derived if derived is not None else derive_for(cfg)
-        a = cfg.algorithm
-        self.settings = LossSettings(a.clip_low, a.clip_high, a.alpha, a.delta, a.delta_step, a.max_log_ratio,
-                                     self.spec.kl_coef, a.imitation_coef, self.derived.rollout_correction,
-                                     a.rollout_correction_cap, a.is_cap, a.gate_threshold, a.shaping_gamma, a.veto_kl,
-                                     trust_mean=a.trust_mean)
+        self.settings = loss_settings(cfg.algorithm, kl_coef=self.spec.kl_coef,
+                                      rollout_correction=self.derived.rollout_correction)
         self.step_idx = step
         self._resume_from = resume_from
         self.own = OwnAnswers(index, self.spec.id)  # own answers' tokens, kept from rollout to update

@@ -3,8 +3,8 @@
 Every entry of ``POLICY_LOSSES`` has one signature (``PolicyLoss``): a ``LossInputs`` holding the rows'
 tensors (the learner's current token log-probs in its own tokenization, the answer mask, π_old, advantages,
 which rows are the learner's own, ω, which rows to imitate, the reference's log-probs, the rollout correction's
-weights of own rows, ``hacrl.core.correction``) and the same keyword
-settings, so the learner calls whichever the algorithm names without knowing which it is. GSPO is HACPO's
+weights of own rows, ``hacrl.core.correction``) and a ``StepSettings`` holding the scalars of that optimizer step,
+so the learner calls whichever the algorithm names without knowing which it is. GSPO is HACPO's
 loss with every row own, computed by the same code. Each loss computes in float32 whatever the input dtype and returns
 ``(loss, metrics)``: a scalar to minimise and a dict of detached tensors (no ``.item()``). The loss is
 the negative mean over the minibatch's sequences, so a minibatch split into micro-batches whose losses
@@ -105,17 +105,47 @@ class LossInputs:
                 raise ValueError(f"{name} must be a share in [0, 1], got {v}")
 
 
-class PolicyLoss(Protocol):
-    """The one signature of every ``POLICY_LOSSES`` entry: the rows, then keyword settings (a loss ignores
-    the settings of answers it has none of: gspo and grpo treat every row as the learner's own, only the
-    imitation loss reads ``imitation_coef``, and only the partner loss (``hacrl.core.partner``) ``partner_term``,
-    ``negatives``, ``is_cap``, ``shaping_gamma`` and ``veto_kl``)."""
+@dataclass(frozen=True)
+class StepSettings:
+    """What a policy loss reads at one optimizer step besides the rows: plain scalars (and ℓ_m), the algorithm's
+    switches already applied (``hacrl.learner.settings.step_settings`` builds it from the run's ``LossSettings``).
+    A loss ignores the settings of answers it has none of: gspo and grpo treat every row as the learner's own
+    (no α, ℓ_m, cross clip), only the imitation loss reads ``imitation_coef``, and only the partner loss
+    (``hacrl.core.partner``) ``partner_term``, ``negatives``, ``is_cap``, ``shaping_gamma`` and ``veto_kl``.
 
-    def __call__(self, inputs: LossInputs, *, clip_low: float, clip_high: float, alpha: float = 1.0,
-                 cross_lower: float | Tensor = 0.8, cross_clip: bool = True, max_log_ratio: float = 10.0,
-                 kl_coef: float = 0.0, imitation_coef: float = 1.0, partner_term: str = "ratio",
-                 negatives: str = "keep", is_cap: float = 2.0, shaping_gamma: float = 0.1,
-                 veto_kl: float = 0.1) -> tuple[Tensor, dict[str, Tensor]]: ...
+    Args:
+        clip_low, clip_high: the clip radii ε_l, ε_h of own answers (GSPO: 3e-4, 4e-4; DAPO: 0.2, 0.28).
+        alpha: exponent of hacpo's detached exponential-IS weight; 0 switches it off (paper: 1).
+        cross_lower: lower clip bound ℓ_m of hacpo's cross ratios (``stepwise_lower_bound``), the upper one 1; the
+            default is the paper's ℓ_0 = 1 − 0.2. A float[B] tensor gives each row its own bound (the adaptive
+            window, ``hacrl.core.window``: one bound per source agent).
+        cross_clip: False removes hacpo's cross clip altogether (the paper's "no Clip" ablation).
+        max_log_ratio: clamp of the (sequence or token) log-ratio before ``exp``.
+        kl_coef: β of the k3 KL term on own answers (needs ``LossInputs.ref_logp_BT``).
+        imitation_coef: λ of the imitation loss's NLL term.
+        partner_term: a ``PARTNER_TERMS`` name; negatives: a ``NEGATIVE_FILTERS`` name (the partner loss).
+        is_cap: C of ``truncated_is``; shaping_gamma: γ of ``shaping``; veto_kl: τ of the ``veto`` filter.
+    """
+
+    clip_low: float
+    clip_high: float
+    alpha: float = 1.0
+    cross_lower: float | Tensor = 0.8
+    cross_clip: bool = True
+    max_log_ratio: float = 10.0
+    kl_coef: float = 0.0
+    imitation_coef: float = 1.0
+    partner_term: str = "ratio"
+    negatives: str = "keep"
+    is_cap: float = 2.0
+    shaping_gamma: float = 0.1
+    veto_kl: float = 0.1
+
+
+class PolicyLoss(Protocol):
+    """The one signature of every ``POLICY_LOSSES`` entry: the rows, then the step's settings."""
+
+    def __call__(self, inputs: LossInputs, settings: StepSettings) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -217,36 +247,15 @@ def _own_objective(s_B: Tensor, adv_B: Tensor, clip_low: float, clip_high: float
     return obj_B, was_clipped_B
 
 
-def hacpo_loss(
-    inputs: LossInputs,
-    *,
-    clip_low: float,
-    clip_high: float,
-    alpha: float = 1.0,
-    cross_lower: float | Tensor = 0.8,
-    cross_clip: bool = True,
-    max_log_ratio: float = 10.0,
-    kl_coef: float = 0.0,
-    imitation_coef: float = 1.0,
-    partner_term: str = "ratio",
-    negatives: str = "keep",
-    is_cap: float = 2.0,
-    shaping_gamma: float = 0.1,
-    veto_kl: float = 0.1,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def hacpo_loss(inputs: LossInputs, settings: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """HACPO loss for one learner over a minibatch of its own and other agents' answers (App. E).
 
     Args:
         inputs: the rows (``LossInputs``); needs ``old_logp_mean_B``. ``own_B`` None: every row own (GSPO);
             ``omega_B`` None: ω = 1 (the "−ω" ablation).
-        clip_low, clip_high: GSPO's clip radii for own answers (paper: 3e-4, 4e-4).
-        alpha: exponent of the detached exponential-IS weight; 0 switches it off (paper: 1).
-        cross_lower: lower clip bound ℓ_m of cross ratios, ``stepwise_lower_bound(m, ...)``; the upper one
-            is 1. The default is the paper's ℓ_0 = 1 − 0.2. A float[B] tensor gives each row its own bound
-            (the adaptive window, ``hacrl.core.window``: one bound per source agent).
-        cross_clip: False removes the cross clip altogether (the paper's "no Clip" ablation).
-        max_log_ratio: clamp of the sequence log-ratio before ``exp``.
-        kl_coef: β of the k3 KL term on own answers (needs ``ref_logp_BT``).
+        settings: reads ``clip_low``, ``clip_high`` (GSPO's radii of own answers, paper: 3e-4, 4e-4), ``alpha``,
+            ``cross_lower`` (ℓ_m, a float or a float[B]), ``cross_clip``, ``max_log_ratio`` and ``kl_coef``
+            (``StepSettings``).
 
     Returns:
         (loss, metrics). loss = −mean_i J_i (+ β·KL on own answers), with
@@ -254,6 +263,9 @@ def hacpo_loss(
         cross: J_i = c_i · sg(c_i)^α · ω_i · A_i,  c_i = clip(s_i, cross_lower, 1),
         w̃_i the own row's detached rollout-correction weight (``inputs.rollout_weight_B``, 1 without one).
     """
+    clip_low, clip_high, alpha, max_log_ratio = (settings.clip_low, settings.clip_high, settings.alpha,
+                                                 settings.max_log_ratio)
+    cross_lower, cross_clip = settings.cross_lower, settings.cross_clip
     if inputs.old_logp_mean_B is None:
         raise ValueError("hacpo/gspo need old_logp_mean_B, the rollout-time mean token log-prob of each row")
     if cross_clip and float(torch.as_tensor(cross_lower).max()) > 1.0:
@@ -280,7 +292,7 @@ def hacpo_loss(
     obj_B = torch.where(own_B, own_obj_B, cross_obj_B)
     obj_B = torch.where(nonempty_B, obj_B, torch.zeros_like(obj_B))
     pg_loss = -obj_B.mean()
-    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, own_B & nonempty_B)
+    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, settings.kl_coef, own_B & nonempty_B)
 
     cross_B = ~own_B & nonempty_B
     s_det_B = s_B.detach()
@@ -311,23 +323,7 @@ def hacpo_loss(
 OWN_METRICS = ("pg_loss", "kl", "self/ratio_mean", "self/clip_frac", "count/own", "count/empty")
 
 
-def gspo_loss(
-    inputs: LossInputs,
-    *,
-    clip_low: float,
-    clip_high: float,
-    alpha: float = 1.0,
-    cross_lower: float | Tensor = 0.8,
-    cross_clip: bool = True,
-    max_log_ratio: float = 10.0,
-    kl_coef: float = 0.0,
-    imitation_coef: float = 1.0,
-    partner_term: str = "ratio",
-    negatives: str = "keep",
-    is_cap: float = 2.0,
-    shaping_gamma: float = 0.1,
-    veto_kl: float = 0.1,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def gspo_loss(inputs: LossInputs, settings: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: ``hacpo_loss`` with every row the learner's own, so the sequence ratio
     s_i = exp(mean log π_θ − old mean) enters the symmetric clipped surrogate for every answer, and the KL
     term covers every answer. The cross settings (``alpha``, ``cross_lower``, ``cross_clip``) and ``own_B``,
@@ -335,29 +331,11 @@ def gspo_loss(
 
     Returns the metrics of own answers only (``OWN_METRICS``).
     """
-    loss, metrics = hacpo_loss(replace(inputs, own_B=None, omega_B=None), clip_low=clip_low, clip_high=clip_high,
-                               alpha=alpha, cross_lower=cross_lower, cross_clip=cross_clip,
-                               max_log_ratio=max_log_ratio, kl_coef=kl_coef)
+    loss, metrics = hacpo_loss(replace(inputs, own_B=None, omega_B=None), settings)
     return loss, {k: metrics[k] for k in OWN_METRICS}
 
 
-def grpo_loss(
-    inputs: LossInputs,
-    *,
-    clip_low: float,
-    clip_high: float,
-    alpha: float = 1.0,
-    cross_lower: float | Tensor = 0.8,
-    cross_clip: bool = True,
-    max_log_ratio: float = 10.0,
-    kl_coef: float = 0.0,
-    imitation_coef: float = 1.0,
-    partner_term: str = "ratio",
-    negatives: str = "keep",
-    is_cap: float = 2.0,
-    shaping_gamma: float = 0.1,
-    veto_kl: float = 0.1,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def grpo_loss(inputs: LossInputs, settings: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO with DAPO's clip-higher: token-level ratios r_t = π_θ(y_t)/π_old(y_t), clipped surrogate
     min(r_t A, clip(r_t, 1−ε_l, 1+ε_h) A), aggregated seq-mean-token-mean (DAPO's radii are 0.2 / 0.28), each
     sequence's tokens times its rollout-correction weight (``inputs.rollout_weight_B``).
@@ -365,6 +343,7 @@ def grpo_loss(
     Needs ``inputs.old_logp_BT`` (the rollout-time log-probs of the same tokens). Every row counts as the
     learner's own: ``own_B``, ``omega_B``, ``old_logp_mean_B`` and the cross settings have no effect.
     """
+    clip_low, clip_high, max_log_ratio = settings.clip_low, settings.clip_high, settings.max_log_ratio
     logp, mask, old_logp = inputs.logp_BT, inputs.mask_BT, inputs.old_logp_BT
     if old_logp is None:
         raise ValueError("grpo needs old_logp_BT, the rollout-time token log-probs of the learner's own answers")
@@ -378,7 +357,7 @@ def grpo_loss(
     obj_BT = torch.minimum(r_BT * adv_B1, clipped_BT * adv_B1) * _rollout_weight(inputs)[:, None]
     pg_loss = -aggregate(obj_BT, m_BT, mode="seq-mean-token-mean")
     nonempty_B = m_BT.sum(-1) > 0
-    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, nonempty_B)
+    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, settings.kl_coef, nonempty_B)
     n_tokens = m_BT.sum().clamp_min(1)
     metrics = {
         "pg_loss": pg_loss.detach(),
@@ -406,25 +385,9 @@ def sequence_nll(logp_BT: Tensor, mask_BT: Tensor) -> Tensor:
     return -torch.where(m_BT, logp_BT.float(), 0.0).sum(-1) / m_BT.sum(-1).clamp_min(1)
 
 
-def imitation_loss(
-    inputs: LossInputs,
-    *,
-    clip_low: float,
-    clip_high: float,
-    alpha: float = 1.0,
-    cross_lower: float | Tensor = 0.8,
-    cross_clip: bool = True,
-    max_log_ratio: float = 10.0,
-    kl_coef: float = 0.0,
-    imitation_coef: float = 1.0,
-    partner_term: str = "ratio",
-    negatives: str = "keep",
-    is_cap: float = 2.0,
-    shaping_gamma: float = 0.1,
-    veto_kl: float = 0.1,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def imitation_loss(inputs: LossInputs, settings: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """The imitation baseline ("just distil the partner"): GSPO on the learner's own answers plus a supervised
-    term on the other agents' verified-correct answers (``inputs.imitate_B``), λ = ``imitation_coef``.
+    term on the other agents' verified-correct answers (``inputs.imitate_B``), λ = ``settings.imitation_coef``.
 
     loss = GSPO_own + λ · NLL_cross, over the minibatch the rows belong to::
 
@@ -440,6 +403,8 @@ def imitation_loss(
 
     Needs ``old_logp_mean_B`` and ``own_B``; ``imitate_B`` None imitates nothing (own rows are never imitated).
     """
+    clip_low, clip_high, max_log_ratio = settings.clip_low, settings.clip_high, settings.max_log_ratio
+    imitation_coef = settings.imitation_coef
     if inputs.old_logp_mean_B is None:
         raise ValueError("imitation needs old_logp_mean_B, the rollout-time mean token log-prob of each row")
     if inputs.own_B is None:
@@ -457,7 +422,7 @@ def imitation_loss(
     own_obj_B, own_clipped_B = _own_objective(s_B, adv_B, clip_low, clip_high)
     own_obj_B = torch.where(own_B & nonempty_B, _rollout_weight(inputs) * own_obj_B, torch.zeros_like(own_obj_B))
     pg_loss = -_subset_mean(own_obj_B.sum(), own_B, inputs.own_share)
-    kl_sum_over_b, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, own_B & nonempty_B)
+    kl_sum_over_b, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, settings.kl_coef, own_B & nonempty_B)
     kl_penalty = _subset_mean(kl_sum_over_b * logp.shape[0], own_B, inputs.own_share)
 
     # NLL_cross: token-mean NLL of each imitated answer, a mean over the minibatch's imitated rows

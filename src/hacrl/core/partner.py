@@ -30,6 +30,7 @@ from torch import Tensor
 from hacrl.core.losses import (
     POLICY_LOSSES,
     LossInputs,
+    StepSettings,
     _kl_term,
     _masked_mean,
     _own_objective,
@@ -124,38 +125,23 @@ def gate_weight(*, learner_logp_mean_B: Tensor, author_logp_mean_B: Tensor, thre
     return torch.where(s_B > threshold, s_B.clamp_max(1.0), torch.zeros_like(s_B))
 
 
-def partner_loss(
-    inputs: LossInputs,
-    *,
-    clip_low: float,
-    clip_high: float,
-    alpha: float = 1.0,
-    cross_lower: float | Tensor = 0.8,
-    cross_clip: bool = True,
-    max_log_ratio: float = 10.0,
-    kl_coef: float = 0.0,
-    imitation_coef: float = 1.0,
-    partner_term: str = "ratio",
-    negatives: str = "keep",
-    is_cap: float = 2.0,
-    shaping_gamma: float = 0.1,
-    veto_kl: float = 0.1,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def partner_loss(inputs: LossInputs, settings: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO on own answers plus ``partner_term`` on the others' (module docstring), filtered by ``negatives``.
 
     Args:
         inputs: the rows; needs ``old_logp_mean_B`` and ``own_B``. ``partner_weight_B``: a fixed weight of each
             partner row (None: 1); ``partner_floor_B``: the lowest ratio s at which a partner row trains (None:
             none); ``omega_B`` is not read.
-        clip_low, clip_high: GSPO's radii, for own rows and the ``ratio`` / ``gate`` partner term.
-        partner_term: a ``PARTNER_TERMS`` name; negatives: a ``NEGATIVE_FILTERS`` name.
-        is_cap: C of ``truncated_is``; shaping_gamma: γ of ``shaping``; veto_kl: τ of the ``veto`` filter.
-        kl_coef: β of the k3 KL term on own rows (needs ``ref_logp_BT``).
-        alpha, cross_lower, cross_clip, imitation_coef: not read (the one signature of ``POLICY_LOSSES``).
+        settings: reads ``clip_low``, ``clip_high`` (GSPO's radii, for own rows and the ``ratio`` / ``gate`` /
+            ``trust`` partner term), ``partner_term`` (a ``PARTNER_TERMS`` name), ``negatives`` (a
+            ``NEGATIVE_FILTERS`` name), ``is_cap`` (C of ``truncated_is``), ``shaping_gamma`` (γ of ``shaping``),
+            ``veto_kl`` (τ of the ``veto`` filter), ``max_log_ratio`` and ``kl_coef`` (β of the k3 KL term on own
+            rows, needs ``ref_logp_BT``); not ``alpha``, ``cross_lower``, ``cross_clip`` or ``imitation_coef``.
     """
     if inputs.old_logp_mean_B is None or inputs.own_B is None:
         raise ValueError("the partner loss needs old_logp_mean_B and own_B")
-    term, keep = PARTNER_TERMS.get(partner_term), NEGATIVE_FILTERS.get(negatives)
+    clip_low, clip_high, max_log_ratio = settings.clip_low, settings.clip_high, settings.max_log_ratio
+    term, keep = PARTNER_TERMS.get(settings.partner_term), NEGATIVE_FILTERS.get(settings.negatives)
     logp, mask = inputs.logp_BT, inputs.mask_BT
     adv_B = inputs.advantages_B.float()
     own_B = inputs.own_B.bool()
@@ -166,11 +152,11 @@ def partner_loss(
     own_obj_B = _rollout_weight(inputs) * own_obj_B
     g_B = (inputs.partner_weight_B.detach().float() if inputs.partner_weight_B is not None
            else torch.ones_like(adv_B))
-    kept_B = keep(adv_B=adv_B, log_ratio_B=log_ratio_B, veto_kl=veto_kl)
+    kept_B = keep(adv_B=adv_B, log_ratio_B=log_ratio_B, veto_kl=settings.veto_kl)
     if inputs.partner_floor_B is not None:  # trust: s < ℓ_j gives no gradient (the floor, not a clip: no constant)
         kept_B = kept_B & (s_B.detach() >= inputs.partner_floor_B.to(s_B))
     partner_obj_B = g_B * term(s_B=s_B, adv_B=adv_B, logp_BT=logp, mask_BT=mask, clip_low=clip_low,
-                               clip_high=clip_high, is_cap=is_cap, shaping_gamma=shaping_gamma)
+                               clip_high=clip_high, is_cap=settings.is_cap, shaping_gamma=settings.shaping_gamma)
     partner_obj_B = torch.where(kept_B, partner_obj_B, torch.zeros_like(partner_obj_B))
 
     obj_B = torch.where(own_B, own_obj_B, partner_obj_B)
@@ -180,7 +166,7 @@ def partner_loss(
         pg_loss = -obj_B.sum() / trained_B.sum().clamp_min(1.0)
     else:
         pg_loss = -obj_B.mean()
-    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, kl_coef, own_B & nonempty_B)
+    kl_penalty, kl_mean = _kl_term(logp, mask, inputs.ref_logp_BT, settings.kl_coef, own_B & nonempty_B)
 
     cross_B = ~own_B & nonempty_B
     s_det_B = s_B.detach()

@@ -19,8 +19,8 @@ from torch import Tensor
 from hacrl.agents.agent import Agent
 from hacrl.learner.algorithms import Algorithm
 from hacrl.learner.old_logprobs import prox_logprobs
+from hacrl.learner.settings import LossSettings
 from hacrl.learner.update import (
-    LossSettings,
     apply_trust,
     assign_advantages,
     build_view,
@@ -68,7 +68,7 @@ def learn(agent: Agent, pool: TrajectoryPool, omega_NN: Tensor, algo: Algorithm,
     rows = build_view(agent, pool, algo, prompts)
     stale_metrics = correct_stale_rows(rows, lambda rs: prox_logprobs(
         agent, [r.prompt_ids for r in rs], [r.answer_ids for r in rs], schedule.micro_batch_size),
-        mode=stale.mode, cap=stale.cap, max_log_ratio=settings.max_log_ratio,
+        mode=stale.mode, cap=stale.cap, max_log_ratio=settings.loss.max_log_ratio,
         engine_behaviour=stale.engine_behaviour) if stale is not None else {}
     if trust is not None:
         apply_trust(rows, *trust)

@@ -27,17 +27,15 @@ from torch import Tensor
 from hacrl.agents.agent import Agent, token_logprobs
 from hacrl.agents.shared_prompt import group_batch, grouped_logprobs, supports_shared_prompt
 from hacrl.core import (
-    PARTNER_TERMS,
     POLICY_LOSSES,
     LossInputs,
     gate_weight,
     rollout_correction,
     sequence_log_ratio,
     staleness_correction,
-    stepwise_lower_bound,
-    stepwise_tightened,
 )
 from hacrl.learner.algorithms import Algorithm
+from hacrl.learner.settings import LossSettings, step_settings
 from hacrl.learner.sharding import clip_grad_norm, is_sharded, sum_replica_gradients
 from hacrl.learner.sharing import ADVANTAGES, CORRECT_REWARD, select_partner_rows
 from hacrl.pool import TrajectoryPool
@@ -148,50 +146,6 @@ def minibatches(rows: list[ViewRow], minibatch_size: int, rows_per_prompt: int, 
     return out
 
 
-@dataclass(frozen=True)
-class LossSettings:
-    """The run's loss settings (``algorithm`` section and the agent's ``kl_coef``). ``clip_low`` /
-    ``clip_high`` reach every algorithm's loss as given: their per-algorithm defaults (GSPO's 3e-4 / 4e-4,
-    grpo's 0.2 / 0.28) are filled in by the config (``hacrl.config.CLIP_DEFAULTS``)."""
-
-    clip_low: float
-    clip_high: float
-    alpha: float
-    delta: float
-    delta_step: float
-    max_log_ratio: float
-    kl_coef: float
-    imitation_coef: float  # λ of the imitation loss (``algorithm.imitation_coef``); no default: every caller says it
-    # the rollout correction of own answers (``hacrl.core.correction``): a resolved mode (off, truncate, mask,
-    # masked-is: ``hacrl.config.rollout_correction_mode``) and its cap C; no defaults either
-    rollout_correction: str
-    rollout_correction_cap: float
-    # the partner loss's settings (``hacrl.core.partner``): C of truncated_is, GRAFT's gate threshold, LUFFY's γ,
-    # the negative veto's τ (``algorithm.is_cap``, ``gate_threshold``, ``shaping_gamma``, ``veto_kl``)
-    is_cap: float = 2.0
-    gate_threshold: float = 0.8
-    shaping_gamma: float = 0.1
-    veto_kl: float = 0.1
-    # trust's mean of the partner loss: over every row (all) or the rows that train (trained; ``algorithm.trust_mean``)
-    trust_mean: str = "all"
-
-
-def loss_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[float] | None = None) -> dict[str, Any]:
-    """The keyword settings of the policy loss at optimizer step ``m`` of the learner's update: the same
-    keys for every loss, the ablation switches applied (α = 0, ℓ fixed at ℓ_0, no cross clip). ``lower0``:
-    each row's ℓ_0 in place of 1 − δ (the adaptive window); ``cross_lower`` is then a float[B] tensor."""
-    index = m if algo.stepwise else 0
-    lower: float | Tensor = (
-        stepwise_lower_bound(index, delta=s.delta, delta_step=s.delta_step) if lower0 is None else
-        torch.tensor([stepwise_tightened(x, index, delta_step=s.delta_step) for x in lower0]))
-    # partner_term: the partner loss's term (a loss of another kind ignores it, and the partner settings)
-    term = algo.partner_weight if algo.partner_weight in PARTNER_TERMS else "ratio"
-    return {"clip_low": s.clip_low, "clip_high": s.clip_high, "alpha": 0.0 if algo.alpha_zero else s.alpha,
-            "cross_lower": lower, "cross_clip": algo.cross_clip, "max_log_ratio": s.max_log_ratio,
-            "kl_coef": s.kl_coef, "imitation_coef": s.imitation_coef, "partner_term": term,
-            "negatives": algo.negatives, "is_cap": s.is_cap, "shaping_gamma": s.shaping_gamma, "veto_kl": s.veto_kl}
-
-
 def assign_rollout_weights(rows: list[ViewRow], s: LossSettings) -> dict[str, float]:
     """Fill ``rollout_weight`` of the own rows that carry the engine's log-prob (in place) and return the
     correction's metrics (``hacrl.core.rollout_correction``): π_prox = the row's ``old_logp_mean`` (the
@@ -206,7 +160,8 @@ def assign_rollout_weights(rows: list[ViewRow], s: LossSettings) -> dict[str, fl
     weights_B, metrics = rollout_correction(
         prox_logp_sum_B=torch.tensor([r.old_logp_mean for r in own], dtype=torch.float64) * n_B,
         behav_logp_sum_B=torch.tensor([r.behav_logp_mean for r in own], dtype=torch.float64) * n_B,
-        num_tokens_B=n_B, mode=s.rollout_correction, cap=s.rollout_correction_cap, max_log_ratio=s.max_log_ratio)
+        num_tokens_B=n_B, mode=s.rollout_correction, cap=s.rollout_correction_cap,
+        max_log_ratio=s.loss.max_log_ratio)
     for r, w in zip(own, weights_B.tolist(), strict=True):
         r.rollout_weight = w
     return {k: float(v) for k, v in metrics.items() if k != "count"}
@@ -316,7 +271,7 @@ def recompute_partner_old(agent: Agent, mbs: list[list[ViewRow]], algo: Algorith
             mean_B = torch.where(m_BT, logp_BT.float(), 0.0).sum(-1) / m_BT.sum(-1).clamp_min(1)
             author_B = torch.tensor([r.old_logp_mean for r in micro])
             gate_B = gate_weight(learner_logp_mean_B=mean_B.cpu(), author_logp_mean_B=author_B,
-                                 threshold=settings.gate_threshold, max_log_ratio=settings.max_log_ratio)
+                                 threshold=settings.gate_threshold, max_log_ratio=settings.loss.max_log_ratio)
             for r, mean, author, g in zip(micro, mean_B.tolist(), author_B.tolist(), gate_B.tolist(), strict=True):
                 if not r.is_own:
                     log_gaps.append(mean - author)
@@ -370,7 +325,7 @@ def update_learner(
     partner_old = recompute_partner_old(agent, mbs, algo, settings, micro_batch_size=micro_batch_size, shared=shared)
     for m, mb in enumerate(mbs):
         agent.optimizer.zero_grad(set_to_none=True)
-        kwargs = loss_settings(algo, settings, m)
+        step = step_settings(algo, settings, m)
         shares = row_shares(mb, algo)
         starts = list(range(0, len(mb), micro_batch_size))
         # sharded: every rank runs as many passes (forward and backward are collectives); a rank short of
@@ -381,7 +336,7 @@ def update_learner(
             pad = j >= len(starts[rank::world])
             start = mine[0] if pad else mine[j]
             micro = mb[start : start + micro_batch_size]
-            use_ref = settings.kl_coef > 0 and agent.ref_model is not None
+            use_ref = settings.loss.kl_coef > 0 and agent.ref_model is not None
             # the KL term is on the learner's own answers only: the reference runs on those rows (all of them
             # when sharded, where every rank must run the same passes)
             ref_rows = ([r.is_own or algo.cross_as_own or sharded for r in micro] if use_ref else
@@ -390,10 +345,10 @@ def update_learner(
             inputs = loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT, shares,
                                  mean_over_trained=settings.trust_mean == "trained")
             if cross_lower0 is not None:  # each row's bound: its source's ℓ_0, tightened as ℓ_m
-                kwargs = loss_settings(algo, settings, m, [cross_lower0[r.source] for r in micro])
+                step = step_settings(algo, settings, m, [cross_lower0[r.source] for r in micro])
             if observed_ratios is not None and not pad:
-                _record_cross_ratios(observed_ratios, micro, inputs, settings.max_log_ratio)
-            loss, metrics = loss_fn(inputs, **kwargs)
+                _record_cross_ratios(observed_ratios, micro, inputs, settings.loss.max_log_ratio)
+            loss, metrics = loss_fn(inputs, step)
             # weight by the micro-batch's share of the minibatch: the sum equals the minibatch's mean loss
             with clock("backward"):
                 (loss * (0.0 if pad else len(micro) / len(mb))).backward()
