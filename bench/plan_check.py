@@ -20,7 +20,7 @@ from hacrl.agents.agent import load_agent
 from hacrl.backends import plan
 from hacrl.backends.resolve import resolve_model_path
 from hacrl.config import load_config
-from hacrl.learner.update import ViewRow
+from hacrl.learner.view import ViewRow
 
 
 def main() -> None:

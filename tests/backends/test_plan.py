@@ -13,7 +13,7 @@ from hacrl.agents.tiny import tiny_agent_path
 from hacrl.backends import plan
 from hacrl.cli import main
 from hacrl.config import AgentSpec, load_config, preset_names
-from hacrl.learner.update import ViewRow
+from hacrl.learner.view import ViewRow
 
 PROMPT, ANSWER, ROWS = 48, 80, 16
 

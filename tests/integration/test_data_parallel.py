@@ -16,7 +16,8 @@ from hacrl.agents.tiny import tiny_agent_path
 from hacrl.core import StepSettings
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.settings import LossSettings
-from hacrl.learner.update import ViewRow, update_learner
+from hacrl.learner.update import update_learner
+from hacrl.learner.view import ViewRow
 
 pytestmark = pytest.mark.model
 

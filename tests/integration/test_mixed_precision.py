@@ -32,7 +32,8 @@ from hacrl.core import StepSettings
 from hacrl.learner import sharding
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.settings import LossSettings
-from hacrl.learner.update import ViewRow, update_learner
+from hacrl.learner.update import update_learner
+from hacrl.learner.view import ViewRow
 
 WORLD = 2
 LR = 1e-6

@@ -18,7 +18,8 @@ from hacrl.core import StepSettings
 from hacrl.learner import sharding
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.settings import LossSettings
-from hacrl.learner.update import ViewRow, update_learner
+from hacrl.learner.update import update_learner
+from hacrl.learner.view import ViewRow
 
 WORLD = 2
 SETTINGS = LossSettings(StepSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, max_log_ratio=10.0,

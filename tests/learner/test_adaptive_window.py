@@ -26,7 +26,8 @@ from hacrl.core import StepSettings, hacpo_loss
 from hacrl.core.losses import LossInputs
 from hacrl.core.window import CrossWindow, coverage_lower_bound
 from hacrl.learner.algorithms import ALGORITHMS, adaptive_window
-from hacrl.learner.update import ViewRow, minibatches, update_learner
+from hacrl.learner.update import update_learner
+from hacrl.learner.view import ViewRow, minibatches
 from hacrl.pool import TrajectoryPool
 from hacrl.trainer.phases import rescue_share
 from hacrl.trainer.trainer import Trainer
@@ -76,7 +77,7 @@ def test_the_learner_hands_each_row_its_sources_bound_and_reports_the_ratios(spy
     agent = make_agent()
     mbs = ablation_minibatches(agent)  # 3 minibatches: 2 own rows, then 4 of agent 1 at CROSS_RATIOS
     from hacrl.core import omega_matrix
-    from hacrl.learner.update import assign_advantages
+    from hacrl.learner.view import assign_advantages
     cap = torch.tensor([0.2, 0.8])
     assign_advantages([r for mb in mbs for r in mb], 0, ALGORITHMS.get("hacpo"), omega_matrix(cap))
     seen: dict[int, list[float]] = {}

@@ -20,7 +20,8 @@ from hacrl.core import StepSettings, omega_matrix, sequence_log_ratio
 from hacrl.learner.algorithms import ALGORITHMS, INGREDIENTS, PARTNER_WEIGHT_LOSS, compose, resolve
 from hacrl.learner.settings import LossSettings
 from hacrl.learner.sharing import select_partner_rows
-from hacrl.learner.update import ViewRow, _forward, assign_advantages, update_learner
+from hacrl.learner.update import _forward, update_learner
+from hacrl.learner.view import ViewRow, assign_advantages
 
 SETTINGS = LossSettings(StepSettings(clip_low=0.2, clip_high=0.28, alpha=1.0, max_log_ratio=10.0,
                                      kl_coef=0.0, imitation_coef=0.1),
@@ -311,7 +312,7 @@ def test_gated_groups_gate_is_the_learners_pi_old_over_the_authors(spy):
 
 @pytest.mark.model
 def test_build_view_applies_the_algorithms_selection():
-    from hacrl.learner.update import build_view
+    from hacrl.learner.view import build_view
     from hacrl.pool import TrajectoryPool
     from hacrl.types import Problem, Trajectory
 

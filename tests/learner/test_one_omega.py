@@ -8,7 +8,7 @@ import torch
 
 from hacrl.core import CapabilityTracker, hacpo_advantages
 from hacrl.learner.algorithms import ALGORITHMS
-from hacrl.learner.update import ViewRow, assign_advantages
+from hacrl.learner.view import ViewRow, assign_advantages
 
 SIGMA = 0.5773503  # unbiased std of the group's rewards [1, 0, 1, 0]: sqrt(1/3)
 

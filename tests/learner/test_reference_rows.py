@@ -9,7 +9,8 @@ import torch
 from hacrl.agents.agent import load_agent
 from hacrl.agents.tiny import tiny_agent_path
 from hacrl.core import LossInputs, StepSettings, hacpo_loss
-from hacrl.learner.update import ViewRow, _forward
+from hacrl.learner.update import _forward
+from hacrl.learner.view import ViewRow
 
 pytestmark = pytest.mark.model
 

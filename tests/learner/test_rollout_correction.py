@@ -21,7 +21,8 @@ from hacrl.config import derive, load_config, rollout_correction_mode
 from hacrl.core import StepSettings
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.settings import LossSettings
-from hacrl.learner.update import ViewRow, _forward, build_view, update_learner
+from hacrl.learner.update import _forward, update_learner
+from hacrl.learner.view import ViewRow, build_view
 from hacrl.pool import TrajectoryPool
 from hacrl.trainer.trainer import Trainer
 from hacrl.types import Problem, Trajectory

@@ -9,7 +9,8 @@ import math
 import pytest
 
 from hacrl.learner.algorithms import ALGORITHMS
-from hacrl.learner.update import ViewRow, build_view, correct_stale_rows
+from hacrl.learner.row_weights import correct_stale_rows
+from hacrl.learner.view import ViewRow, build_view
 from hacrl.pool import PooledAnswer, PoolTake
 from hacrl.types import Problem, Trajectory
 

@@ -1,4 +1,4 @@
-"""The ``trust`` method's rows (``hacrl.learner.update``): each partner row takes its author's τ and ratio floor, and
+"""The ``trust`` method's rows (``hacrl.learner.view``): each partner row takes its author's τ and ratio floor, and
 the advantage weighs each partner by τ in the joint group's baseline: τ 0 gives the learner's own group's (GSPO),
 τ 1 the joint group's (``naive``)."""
 
@@ -11,7 +11,7 @@ from hacrl.core import group_advantages, omega_matrix
 from hacrl.core.trust import TrustRule
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.trust import LearnerTrust
-from hacrl.learner.update import ViewRow, apply_trust, assign_advantages
+from hacrl.learner.view import ViewRow, apply_trust, assign_advantages
 
 OMEGA = omega_matrix(torch.tensor([0.5, 0.5, 0.5]))
 

@@ -23,7 +23,8 @@ from hacrl.config import derive, load_config
 from hacrl.core import LossInputs, StepSettings, omega_matrix
 from hacrl.learner.algorithms import ALGORITHMS
 from hacrl.learner.settings import LossSettings
-from hacrl.learner.update import ViewRow, _forward, assign_advantages, update_learner
+from hacrl.learner.update import _forward, update_learner
+from hacrl.learner.view import ViewRow, assign_advantages
 from hacrl.trainer.trainer import Trainer
 
 # δ = 0.2, δ_step = 0.025: ℓ_0 = 0.8, ℓ_1 = 0.825, ℓ_2 = 0.85, ℓ_3 = 0.875
@@ -387,7 +388,7 @@ def test_imitation_coef_reaches_the_loss(tmp_path, spy):
 
 @pytest.mark.model
 def test_build_view_rows_carry_reward_truncation_eos_and_the_per_token_behaviour_logprob():
-    from hacrl.learner.update import build_view
+    from hacrl.learner.view import build_view
     from hacrl.pool import TrajectoryPool
     from hacrl.types import Problem, Trajectory
 
@@ -416,7 +417,7 @@ def _own_row(old_logp_mean: float, behav: float | None = None) -> ViewRow:
 
 
 def test_staleness_weights_keep_a_rounding_sized_gap_in_float64():
-    from hacrl.learner.update import assign_staleness_weights
+    from hacrl.learner.row_weights import assign_staleness_weights
 
     # one token each, gap 1; a per-token gap of 9e-7 at |log π| = 16, below float32's spacing there (1.9e-6):
     # w = e^(−9e-7) and e^(+9e-7), which float32 sums would round to 1
@@ -430,7 +431,7 @@ def test_staleness_weights_keep_a_rounding_sized_gap_in_float64():
 
 @pytest.mark.parametrize("engine_behaviour, weight", [(True, math.e), (False, 1.0)])
 def test_staleness_weights_take_the_engines_behaviour_logprob_only_when_told(engine_behaviour, weight):
-    from hacrl.learner.update import assign_staleness_weights
+    from hacrl.learner.row_weights import assign_staleness_weights
 
     # π_prox = −2 (one token); π_old at the writing version −2, the engine's −3: w = e^(−2 − (−3)) = e with the
     # engine's, 1 without; the stale row then trains against π_prox (its mean, its tokens) and keeps the weight
@@ -444,7 +445,7 @@ def test_staleness_weights_take_the_engines_behaviour_logprob_only_when_told(eng
 
 
 def test_staleness_weights_clamp_at_the_given_max_log_ratio():
-    from hacrl.learner.update import assign_staleness_weights
+    from hacrl.learner.row_weights import assign_staleness_weights
 
     stale = _own_row(-5.0)
     assign_staleness_weights([stale], [2], {id(stale): (0.0,)}, mode="truncate", cap=100.0, max_log_ratio=1.0,
@@ -473,7 +474,7 @@ def test_observed_cross_ratios_are_clamped_as_the_loss_clamps_them(spy):
 
 
 def test_a_one_row_minibatch_is_all_own():
-    from hacrl.learner.update import row_shares
+    from hacrl.learner.view import row_shares
 
     own = ViewRow(0, 0, True, [1], [2], -1.0, None, 1.0)
     cross = ViewRow(0, 1, False, [1], [2], -1.0, None, 1.0)
@@ -504,7 +505,7 @@ def test_loss_inputs_carry_the_reference_logprobs_to_the_kl_term():
 
 
 def test_rollout_weights_clamp_at_the_settings_max_log_ratio_and_report_no_count():
-    from hacrl.learner.update import assign_rollout_weights
+    from hacrl.learner.row_weights import assign_rollout_weights
 
     # π_prox −1, the engine's −6 per token: log w = 5, clamped to max_log_ratio = 1 → w = e (cap 100: no cut)
     own = ViewRow(0, 0, True, [1], [2, 3], -1.0, None, 1.0, behav_logp_mean=-6.0)

@@ -18,7 +18,8 @@ from test_update import CAP, SETTINGS, make_agent, row, token_logps_by_hand  # t
 from hacrl.core import omega_matrix
 from hacrl.learner import update
 from hacrl.learner.algorithms import ALGORITHMS
-from hacrl.learner.update import _accumulate, assign_advantages, update_learner
+from hacrl.learner.update import _accumulate, update_learner
+from hacrl.learner.view import assign_advantages
 
 
 def rows_of(agent) -> list:

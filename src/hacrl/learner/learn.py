@@ -19,15 +19,10 @@ from torch import Tensor
 from hacrl.agents.agent import Agent
 from hacrl.learner.algorithms import Algorithm
 from hacrl.learner.old_logprobs import prox_logprobs
+from hacrl.learner.row_weights import correct_stale_rows
 from hacrl.learner.settings import LossSettings
-from hacrl.learner.update import (
-    apply_trust,
-    assign_advantages,
-    build_view,
-    correct_stale_rows,
-    minibatches,
-    update_learner,
-)
+from hacrl.learner.update import update_learner
+from hacrl.learner.view import apply_trust, assign_advantages, build_view, minibatches
 from hacrl.pool import TrajectoryPool
 
 
