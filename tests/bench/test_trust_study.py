@@ -80,3 +80,24 @@ def test_the_verdict_names_the_worst_cell_and_agent(study, tmp_path):
 def test_a_cell_without_a_summary_is_one_line(study, tmp_path):
     with pytest.raises(SystemExit, match="no summary.json"):
         study.cell_rows(tmp_path)
+
+
+def test_another_arm_in_trusts_place_read_against_a_named_arm(study, tmp_path):
+    # stage 2's reading: the cell's trust runs read as the method, their vs entries against naive at −0.01, and a
+    # budget run's answers per prompt averaged over its steps (a: 12, 10, 12 → 11.33)
+    cell = make_cell(tmp_path)
+    for seed in (0, 1):
+        path = cell / "runs" / "trust" / f"seed-{seed}" / "metrics.jsonl"
+        lines = [dict(json.loads(x), **{"agent/a/rollouts": r, "agent/b/rollouts": 16 - r})
+                 for x, r in zip(path.read_text().splitlines(), (12, 10, 12), strict=True)]
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rows = {r["agent"]: r for r in study.cell_rows(cell, "trust", "naive", -0.01)}
+    assert rows["a"]["side"] == "at or above"  # a − naive: lower ends −0.009 and −0.008, both ≥ −0.01
+    assert rows["b"]["side"] == "undecided"  # b − naive: lower ends −0.03, −0.04 below; upper +0.01, +0.02 above
+    assert rows["a"]["vs_other"]["mean"] == -0.005
+    assert study.cell_rows(cell, "trust", "naive", 0.0)[0]["side"] == "undecided"  # the same, against 0
+    assert rows["a"]["rollouts"] == pytest.approx(34 / 3) and rows["b"]["rollouts"] == pytest.approx(14 / 3)
+    table = study.table(list(rows.values()))
+    assert "| trust − naive [boot] (seeds) | against -0.01 |" in table and "| 11.3 |" in table
+    with pytest.raises(SystemExit, match="no run of 'trust@trust_budget=true'"):
+        study.cell_rows(cell, "trust@trust_budget=true")
