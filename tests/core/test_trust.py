@@ -7,7 +7,6 @@ One-token answers make ℓ̄_θ the token's log-prob, so s = exp(logp − old) a
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import random
@@ -28,6 +27,7 @@ from hacrl.core.trust import TrustRule, TrustState, kept_shares, paired_check, r
 
 KW = {"clip_low": 0.2, "clip_high": 0.28}
 TRUST = StepSettings(partner_term="trust", **KW)
+TRAINED = StepSettings(partner_term="trust", mean_over_trained=True, **KW)  # trust_mean=trained
 
 
 # ---- the paired check and the trust update ----------------------------------------------------------------------
@@ -148,6 +148,16 @@ def test_weighted_advantages_refuse_negative_weights():
 
 # ---- the loss: weight, floor, fallback and limit --------------------------------------------------------------
 
+def _gspo_alone(logps: list[float], adv: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO on the given rows alone, the learner's own (π_old mean 0), after its backward: (loss, logp with .grad)."""
+    own = torch.tensor([[x] for x in logps], dtype=torch.float64, requires_grad=True)
+    alone, _ = gspo_loss(LossInputs(logp_BT=own, mask_BT=torch.ones_like(own, dtype=torch.bool),
+                                    advantages_B=torch.tensor(adv, dtype=torch.float64),
+                                    old_logp_mean_B=torch.zeros(len(logps), dtype=torch.float64)), StepSettings(**KW))
+    alone.backward()
+    return alone, own
+
+
 def _rows(logps: list[float], adv: list[float], own: list[bool], tau: list[float], floor: list[float]
           ) -> tuple[LossInputs, torch.Tensor]:
     logp_BT = torch.tensor([[x] for x in logps], dtype=torch.float64, requires_grad=True)
@@ -179,11 +189,7 @@ def test_zero_trust_is_training_alone():
     inputs, logp_BT = _rows(logps, adv, [True, True, False, False], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0])
     loss, _ = partner_loss(inputs, TRUST)
     loss.backward()
-    own = torch.tensor([[logps[0]], [logps[1]]], dtype=torch.float64, requires_grad=True)
-    alone, _ = gspo_loss(LossInputs(logp_BT=own, mask_BT=torch.ones_like(own, dtype=torch.bool),
-                                    advantages_B=torch.tensor(adv[:2], dtype=torch.float64),
-                                    old_logp_mean_B=torch.zeros(2, dtype=torch.float64)), StepSettings(**KW))
-    alone.backward()
+    alone, own = _gspo_alone(logps[:2], adv[:2])
     assert float(loss.detach()) == pytest.approx(float(alone.detach()) * 2 / 4)
     assert_close(logp_BT.grad[:2, 0], own.grad[:, 0] * 2 / 4)
     assert_close(logp_BT.grad[2:, 0], torch.zeros(2, dtype=torch.float64))
@@ -211,7 +217,7 @@ def test_the_trained_mean_divides_by_the_rows_that_train_by_hand():
     # one its τ 0.5, so the mean is over 1.5 rows: loss −1.25/1.5, gradients −1/1.5, 0, −0.25/1.5
     inputs, logp_BT = _rows([0.0, math.log(0.05), math.log(0.5)], [1.0, 1.0, 1.0], [True, False, False],
                             [1.0, 0.5, 0.5], [0.0, 0.1, 0.1])
-    loss, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), TRUST)
+    loss, _ = partner_loss(inputs, TRAINED)
     assert float(loss.detach()) == pytest.approx(-1.25 / 1.5)
     loss.backward()
     assert_close(logp_BT.grad[:, 0], torch.tensor([-1 / 1.5, 0.0, -0.25 / 1.5], dtype=torch.float64))
@@ -220,13 +226,9 @@ def test_the_trained_mean_divides_by_the_rows_that_train_by_hand():
 def test_zero_trust_with_the_trained_mean_is_gspo_on_the_own_rows_exactly():
     logps, adv = [math.log(1.1), math.log(0.9), math.log(0.9), math.log(1.5)], [1.0, -1.0, 1.0, -1.0]
     inputs, logp_BT = _rows(logps, adv, [True, True, False, False], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0])
-    loss, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), TRUST)
+    loss, _ = partner_loss(inputs, TRAINED)
     loss.backward()
-    own = torch.tensor([[logps[0]], [logps[1]]], dtype=torch.float64, requires_grad=True)
-    alone, _ = gspo_loss(LossInputs(logp_BT=own, mask_BT=torch.ones_like(own, dtype=torch.bool),
-                                    advantages_B=torch.tensor(adv[:2], dtype=torch.float64),
-                                    old_logp_mean_B=torch.zeros(2, dtype=torch.float64)), StepSettings(**KW))
-    alone.backward()
+    alone, own = _gspo_alone(logps[:2], adv[:2])
     assert float(loss.detach()) == pytest.approx(float(alone.detach()))  # not scaled by the own share 2/4
     assert_close(logp_BT.grad[:2, 0], own.grad[:, 0])
 
@@ -235,7 +237,7 @@ def test_the_trained_mean_is_the_plain_mean_when_every_row_trains_at_full_trust(
     logps, adv = [math.log(1.1), math.log(0.3), math.log(0.8)], [1.0, 1.0, -1.0]
     inputs, _ = _rows(logps, adv, [True, False, False], [1.0] * 3, [0.0, 0.1, 0.1])
     plain, _ = partner_loss(inputs, TRUST)
-    trained, _ = partner_loss(dataclasses.replace(inputs, mean_over_trained=True), TRUST)
+    trained, _ = partner_loss(inputs, TRAINED)
     assert float(trained) == pytest.approx(float(plain))
 
 

@@ -62,10 +62,6 @@ class LossInputs:
         partner_floor_B: float[B], the lowest ratio s at which each other agent's row still trains (the ``trust``
             method's ℓ_j = floor^τ_j, ``hacrl.core.trust``): a row whose current s lies below it gives no gradient;
             ignored on own rows. Only the partner loss reads it; None: no floor.
-        mean_over_trained: the partner loss's mean runs over the rows that train (own rows 1 each, a partner row
-            its weight if the floor keeps it, 0 if not) instead of over every row (``algorithm.trust_mean``
-            ``trained``): cut or distrusted partner rows then no longer shrink the own rows' step. Only the
-            partner loss reads it.
     """
 
     logp_BT: Tensor
@@ -82,7 +78,6 @@ class LossInputs:
     imitate_share: float | None = None
     partner_weight_B: Tensor | None = None
     partner_floor_B: Tensor | None = None
-    mean_over_trained: bool = False
 
     def __post_init__(self) -> None:
         shape = tuple(self.logp_BT.shape)
@@ -125,6 +120,10 @@ class StepSettings:
         imitation_coef: λ of the imitation loss's NLL term.
         partner_term: a ``PARTNER_TERMS`` name; negatives: a ``NEGATIVE_FILTERS`` name (the partner loss).
         is_cap: C of ``truncated_is``; shaping_gamma: γ of ``shaping``; veto_kl: τ of the ``veto`` filter.
+        mean_over_trained: the partner loss's mean runs over the rows that train (own rows 1 each, a partner row
+            its weight if the floor keeps it, 0 if not) instead of over every row (``algorithm.trust_mean``
+            ``trained``, where the algorithm reads a trust): cut or distrusted partner rows then no longer shrink
+            the own rows' step.
     """
 
     clip_low: float
@@ -140,6 +139,7 @@ class StepSettings:
     is_cap: float = 2.0
     shaping_gamma: float = 0.1
     veto_kl: float = 0.1
+    mean_over_trained: bool = False
 
 
 class PolicyLoss(Protocol):

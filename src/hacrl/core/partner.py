@@ -161,7 +161,7 @@ def partner_loss(inputs: LossInputs, settings: StepSettings) -> tuple[Tensor, di
 
     obj_B = torch.where(own_B, own_obj_B, partner_obj_B)
     obj_B = torch.where(nonempty_B, obj_B, torch.zeros_like(obj_B))
-    if inputs.mean_over_trained:  # trust_mean=trained: own rows 1 each, a partner row its weight where it trains
+    if settings.mean_over_trained:  # trust_mean=trained: own rows 1 each, a partner row its weight where it trains
         trained_B = torch.where(own_B, torch.ones_like(g_B), g_B * kept_B.float()) * nonempty_B.float()
         pg_loss = -obj_B.sum() / trained_B.sum().clamp_min(1.0)
     else:

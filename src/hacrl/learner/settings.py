@@ -35,9 +35,6 @@ class LossSettings:
     rollout_correction: str
     rollout_correction_cap: float
     gate_threshold: float = 0.8  # GRAFT's gate threshold (``algorithm.gate_threshold``, ``recompute_partner_old``)
-    # trust's mean of the partner loss: over every row (all) or the rows that train (trained;
-    # ``algorithm.trust_mean``)
-    trust_mean: str = "all"
 
 
 def loss_settings(a: AlgorithmConfig, *, kl_coef: float, rollout_correction: str) -> LossSettings:
@@ -45,15 +42,16 @@ def loss_settings(a: AlgorithmConfig, *, kl_coef: float, rollout_correction: str
     rollout-correction mode (``Derived.rollout_correction``): the one place a config key becomes a loss setting."""
     loss = StepSettings(clip_low=a.clip_low, clip_high=a.clip_high, alpha=a.alpha, max_log_ratio=a.max_log_ratio,
                         kl_coef=kl_coef, imitation_coef=a.imitation_coef, is_cap=a.is_cap,
-                        shaping_gamma=a.shaping_gamma, veto_kl=a.veto_kl)
+                        shaping_gamma=a.shaping_gamma, veto_kl=a.veto_kl,
+                        mean_over_trained=a.trust_mean == "trained")
     return LossSettings(loss=loss, delta=a.delta, delta_step=a.delta_step, rollout_correction=rollout_correction,
-                        rollout_correction_cap=a.rollout_correction_cap, gate_threshold=a.gate_threshold,
-                        trust_mean=a.trust_mean)
+                        rollout_correction_cap=a.rollout_correction_cap, gate_threshold=a.gate_threshold)
 
 
 def step_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[float] | None = None) -> StepSettings:
     """The policy loss's settings at optimizer step ``m`` of the learner's update: ``s.loss`` with the algorithm's
-    switches applied (α = 0, ℓ fixed at ℓ_0, no cross clip, the partner term and negative filter) and the step's
+    switches applied (α = 0, ℓ fixed at ℓ_0, no cross clip, the partner term and negative filter, trust's mean
+    only where the algorithm reads a trust) and the step's
     cross bound ℓ_m. ``lower0``: each row's ℓ_0 in place of 1 − δ (the adaptive window); ``cross_lower`` is then a
     float[B] tensor."""
     index = m if algo.stepwise else 0
@@ -63,4 +61,5 @@ def step_settings(algo: Algorithm, s: LossSettings, m: int, lower0: Sequence[flo
     # partner_term: the partner loss's term (a loss of another kind ignores it, and the partner settings)
     term = algo.partner_weight if algo.partner_weight in PARTNER_TERMS else "ratio"
     return replace(s.loss, alpha=0.0 if algo.alpha_zero else s.loss.alpha, cross_lower=lower,
-                   cross_clip=algo.cross_clip, partner_term=term, negatives=algo.negatives)
+                   cross_clip=algo.cross_clip, partner_term=term, negatives=algo.negatives,
+                   mean_over_trained=s.loss.mean_over_trained and algo.partner_weight == "trust")

@@ -39,11 +39,9 @@ def _old_token_logps(rows: list[ViewRow], answer_mask_BT: Tensor) -> Tensor:
 
 
 def loss_inputs(micro: list[ViewRow], algo: Algorithm, logp_BT: Tensor, answer_mask_BT: Tensor,
-                ref_BT: Tensor | None, shares: tuple[float, float] | None = None,
-                mean_over_trained: bool = False) -> LossInputs:
+                ref_BT: Tensor | None, shares: tuple[float, float] | None = None) -> LossInputs:
     """The policy loss's view of a micro-batch: its rows' tensors on the log-probs' device. ``shares``: its
-    minibatch's ``row_shares`` (None: the micro-batch is the whole minibatch). ``mean_over_trained``: trust's
-    ``trust_mean=trained`` (read only where the algorithm reads a trust)."""
+    minibatch's ``row_shares`` (None: the micro-batch is the whole minibatch)."""
     device = logp_BT.device
     own_share, imitate_share = shares if shares is not None else (None, None)
     return LossInputs(
@@ -63,7 +61,6 @@ def loss_inputs(micro: list[ViewRow], algo: Algorithm, logp_BT: Tensor, answer_m
                           if algo.partner_weight in ("gate", "trust") else None),
         partner_floor_B=(torch.tensor([r.partner_floor for r in micro], device=device)
                          if algo.partner_weight == "trust" else None),
-        mean_over_trained=mean_over_trained and algo.partner_weight == "trust",
     )
 
 
@@ -160,8 +157,7 @@ def update_learner(
             ref_rows = ([r.is_own or algo.cross_as_own or sharded for r in micro] if use_ref else
                         [False] * len(micro))
             logp_BT, ref_BT, answer_mask_BT = _forward(agent, micro, shared, ref_rows, clock)
-            inputs = loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT, shares,
-                                 mean_over_trained=settings.trust_mean == "trained")
+            inputs = loss_inputs(micro, algo, logp_BT, answer_mask_BT, ref_BT, shares)
             if cross_lower0 is not None:  # each row's bound: its source's ℓ_0, tightened as ℓ_m
                 step = step_settings(algo, settings, m, [cross_lower0[r.source] for r in micro])
             if observed_ratios is not None and not pad:

@@ -100,12 +100,9 @@ class Trainer:
         self.run_dir = run_dir
         try:  # the named algorithm with the ingredients the config sets (algorithm.share_prompts, ...), which must fit
             self.algo = resolve(cfg.algorithm)
+            check_run(cfg, self.algo)  # the run's other settings must fit it too (also in hacrl train --check)
         except KeyError as exc:
             raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        try:
-            check_run(cfg, self.algo)  # the settings that must fit the algorithm (also in hacrl train --check)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self.derived = derive(cfg, shares_pool=self.algo.shares_pool,
