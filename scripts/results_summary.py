@@ -93,8 +93,8 @@ HEADLINE: list[tuple[str, str, str, tuple[str, str]]] = [
 MECHANISM: dict[str, tuple[str, str]] = {
     "preflight-e2-lr/lr3.0e-4": ("E2's learning-rate pre-flight: P1 at ρ 1, one seed, lr 3e-4", "12"),
     "preflight-e2-lr/lr1.0e-4": ("E2's learning-rate pre-flight: P1 at ρ 1, one seed, lr 1e-4", "12"),
-    "e1-tiny-model": ("E1, is the paper's naive an uncorrected pool? On `tiny-model` as it is (§13's runs of these "
-                      "arms made again: identical records, a reproduction, not a second result)", "12.1"),
+    "e1-tiny-model": (("E1, is the paper's naive an uncorrected pool? On `tiny-model` as it is (§13's runs of these "
+                       "arms made again: identical records, a reproduction, not a second result)"), "12.1"),
     "e1-tiny-state": ("E1 on `tiny-state` as it is", "12.1"),
     "sym-0.5": ("E3, SYM-0.5: two generalists on `mixed` (the control)", "12.2"),
     "sym-1.0": ("E3, SYM-1.0: a '+' and a '−' specialist on `mixed`", "12.2"),
