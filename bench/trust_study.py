@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from hacrl.report.reading import within_margin
 from hacrl.run.sinks import read_jsonl
 
 FIXED = ("hacpo", "naive", "imitation", "gspo2x")
@@ -59,14 +60,8 @@ def verdict(vs: dict[str, Any] | None, margin: float = MARGIN) -> str:
     >>> verdict({"interval": {"lo": -0.02, "hi": 0.01}, "seed_interval": {"lo": -0.009, "hi": 0.012}})
     'undecided'
     """
-    if not vs or not vs.get("interval") or not vs.get("seed_interval"):
-        return "undecided"
-    boot, seed = vs["interval"], vs["seed_interval"]
-    if boot["lo"] >= -margin and seed["lo"] >= -margin:
-        return "within"
-    if boot["hi"] < -margin and seed["hi"] < -margin:
-        return "regret"
-    return "undecided"
+    reading = within_margin(vs, margin)  # the rule compare's "Which to train with" reads too
+    return "regret" if reading == "behind" else reading
 
 
 def side(vs: dict[str, Any] | None, threshold: float) -> str:

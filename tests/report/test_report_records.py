@@ -366,3 +366,29 @@ def test_report_only_over_hand_made_runs_shows_provenance_both_intervals_and_wha
     assert summary["provenance"]["unrecorded"] == ["hacpo seed 1", "gspo seed 1"]
     assert summary["results"]["llama-bpe"]["hacpo"]["vs"]["gspo"]["seed_interval"]["lo"] == 0.25
     assert "## Pace" not in text and text.index("## Answer") < text.index("## Plots") < text.index("## Reading")
+
+
+def test_which_arm_to_train_with_is_read_against_the_best_arm(tmp_path):
+    """summary["choice"]: per agent the arm with the highest mean final accuracy, every other arm's paired
+    difference to it (arm − best) with both intervals, read against the 0.01 margin; with 2 seeds the advice
+    recommends nothing, and it names trust, which these runs lack."""
+    s = _summary(tmp_path)
+    qwen, llama = s["choice"]["agents"]["qwen-char"], s["choice"]["agents"]["llama-bpe"]
+    assert (qwen["best"], llama["best"], qwen["seeds"], s["choice"]["margin"]) == ("hacpo", "hacpo", [0, 1], 0.01)
+    # qwen-char: gspo 0 − hacpo 1 on every (seed, problem): both intervals at −1, behind by more than 0.01
+    vs = qwen["arms"]["gspo"]["vs_best"]
+    assert (vs["interval"]["lo"], vs["interval"]["hi"], vs["seed_interval"]["hi"]) == (-1.0, -1.0, -1.0)
+    assert [qwen["arms"][a]["reading"] for a in ("hacpo", "gspo", "gspo2x")] == ["best", "behind", "behind"]
+    # llama-bpe: gspo − hacpo = −0.25 in both seeds (seed interval one point), the bootstrap [−0.75, 0]: undecided
+    vs = llama["arms"]["gspo"]["vs_best"]
+    assert (vs["interval"]["lo"], vs["interval"]["hi"], vs["seed_interval"]["lo"]) == (-0.75, 0.0, -0.25)
+    assert llama["arms"]["gspo"]["reading"] == "undecided" and llama["arms"]["gspo"]["mean"] == 0.0
+    assert s["advice"] == [
+        ("qwen-char: hacpo ended highest (1.000, mean of 2 seeds). Behind it by more than 0.01 by both intervals: "
+         "gspo (-1.000), gspo2x (-1.000)."),
+        "llama-bpe: hacpo ended highest (0.250, mean of 2 seeds). Undecided: gspo (-0.250), gspo2x (-0.250).",
+        "With fewer than 3 seeds every reading is indicative: run more seeds before choosing.",
+        ("`trust`, the method hacrl recommends for a pair it has not measured (docs/results-trust.md), is not in "
+         "this comparison: add it to --algos to see it on this pair.")]
+    report = render_report(json.loads(json.dumps(s, default=_jsonable)))
+    assert "## Which to train with (within 0.01 of the best arm)\n\nqwen-char: hacpo ended highest" in report

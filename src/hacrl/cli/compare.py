@@ -1,6 +1,6 @@
 """``hacrl compare``: argument parsing and printing for :mod:`hacrl.report.compare` (wiring only).
 
-    hacrl compare [--preset NAME | --config FILE] [--algos hacpo,gspo,gspo2x] [--seeds 3]
+    hacrl compare [--preset NAME | --config FILE] [--algos trust,hacpo,gspo,gspo2x] [--seeds 3]
                   [--set key=value ...] [--output DIR] [--keep-checkpoints all|none] [--jobs N [--jobs-backend local|ray]]
                   [--dry-run | --report-only] [-q]
     hacrl compare --compact DIR [DIR ...] [--dry-run]
@@ -15,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-DEFAULT_ALGOS = "hacpo,gspo,gspo2x"
+DEFAULT_ALGOS = "trust,hacpo,gspo,gspo2x"
 DEFAULT_SEEDS = "3"
 COMPARE_FIX = ("free space, then run the same command again (finished runs are reused, the others continue "
                "from their last checkpoint)")
@@ -141,14 +141,18 @@ def _compact(dirs: list[Path], dry_run: bool, report_only: bool) -> int:
 
 
 def _print_answer(summary_path: Path) -> None:
-    """The report's Answer table on the terminal (nothing when the comparison has no paired difference)."""
+    """The report's Answer table on the terminal (nothing when the comparison has no paired difference), then which
+    arm to train with (the report's "Which to train with")."""
     import json
 
     from hacrl.report.render import answer_table
 
     try:
-        lines = answer_table(json.loads(summary_path.read_text()))
+        summary = json.loads(summary_path.read_text())
+        lines = answer_table(summary)
     except (OSError, ValueError):
         return
     if lines:
         print("\n".join(["", *lines, ""]))
+    for line in summary.get("advice") or []:
+        print(line)

@@ -98,6 +98,81 @@ def indicative(st: dict[str, Any] | None) -> bool:
     return len((st or {}).get("seeds") or []) < MIN_SEEDS
 
 
+CHOICE_MARGIN = 0.01  # "within 0.01 of the best arm": the trust study's margin (docs/results-trust.md, rule 1)
+
+
+def within_margin(vs: dict[str, Any] | None, margin: float = CHOICE_MARGIN) -> str:
+    """An arm's paired difference to the best arm (``summary.json``'s ``vs`` entry, arm − best) read against
+    ``margin``: ``within`` when the lower end of both the bootstrap and the seed-level interval is ≥ −margin
+    (non-inferiority), ``behind`` when both upper ends are below −margin, else ``undecided`` (also without either
+    interval: fewer than 2 seeds, or no per-problem records).
+
+    >>> within_margin({"interval": {"lo": -0.008, "hi": 0.01}, "seed_interval": {"lo": -0.009, "hi": 0.012}})
+    'within'
+    >>> within_margin({"interval": {"lo": -0.05, "hi": -0.02}, "seed_interval": {"lo": -0.06, "hi": -0.015}})
+    'behind'
+    >>> within_margin({"interval": {"lo": -0.02, "hi": 0.01}, "seed_interval": {"lo": -0.009, "hi": 0.012}})
+    'undecided'
+    """
+    if not vs or not vs.get("interval") or not vs.get("seed_interval"):
+        return "undecided"
+    boot, seed = vs["interval"], vs["seed_interval"]
+    if boot["lo"] >= -margin and seed["lo"] >= -margin:
+        return "within"
+    if boot["hi"] < -margin and seed["hi"] < -margin:
+        return "behind"
+    return "undecided"
+
+
+def advice(summary: dict[str, Any]) -> list[str]:
+    """The report's "Which to train with" paragraphs, from ``summary["choice"]``: per agent the best arm and every
+    other arm's reading against it (:func:`within_margin`); then the arm within the margin of the best for every
+    agent, by both intervals (the one with the smallest mean shortfall first), or, where none is, the arm with
+    the smallest worst shortfall as a point estimate, said as undecided. With fewer than :data:`MIN_SEEDS` seeds
+    nothing is recommended. Names ``trust`` where a comparison lacks it."""
+    choice = summary.get("choice") or {}
+    agents, margin = choice.get("agents") or {}, choice.get("margin", CHOICE_MARGIN)
+    if not agents:
+        return []
+    out = []
+    for agent, c in agents.items():
+        arms, best, n = c["arms"], c["best"], len(c["seeds"])
+        text = f"{agent}: {best} ended highest ({arms[best]['mean']:.3f}, mean of {n} seed{'s' if n != 1 else ''})."
+        for reading, words in (("within", f"within {margin:g} of it by both intervals"), ("undecided", "undecided"),
+                               ("behind", f"behind it by more than {margin:g} by both intervals")):
+            named = [f"{a} ({_delta(r['vs_best']):+.3f})" for a, r in arms.items() if r["reading"] == reading]
+            if named:
+                text += f" {words[0].upper() + words[1:]}: {', '.join(named)}."
+        out.append(text)
+    shortfall = {a: [c["arms"][c["best"]]["mean"] - c["arms"][a]["mean"] for c in agents.values()]
+                 for a in next(iter(agents.values()))["arms"]}
+    if min(len(c["seeds"]) for c in agents.values()) < MIN_SEEDS:
+        out.append(f"With fewer than {MIN_SEEDS} seeds every reading is indicative: run more seeds before choosing.")
+    else:
+        safe = sorted((a for a in shortfall if all(c["arms"][a]["reading"] in ("best", "within")
+                                                   for c in agents.values())),
+                      key=lambda a: sum(shortfall[a]) / len(shortfall[a]))
+        if safe:
+            out.append(f"Within {margin:g} of the best arm for every agent by both intervals: {', '.join(safe)}. "
+                       f"Train with {safe[0]}" + (" (the smallest mean shortfall of them)." if len(safe) > 1 else "."))
+        else:
+            arm = min(shortfall, key=lambda a: max(shortfall[a]))
+            worst_agent = list(agents)[shortfall[arm].index(max(shortfall[arm]))]
+            out.append(f"No arm is within {margin:g} of the best for every agent by both intervals. The smallest "
+                       f"worst shortfall is {arm}'s, {max(shortfall[arm]):.3f} below the best for {worst_agent} "
+                       f"(point estimates); more seeds decide the undecided readings.")
+    if "trust" not in {parse_variant(a)[0] for a in summary.get("algorithms", [])} and len(agents) > 1:
+        out.append("`trust`, the method hacrl recommends for a pair it has not measured (docs/results-trust.md), "
+                   "is not in this comparison: add it to --algos to see it on this pair.")
+    return out
+
+
+def _delta(st: dict[str, Any]) -> float:
+    """A paired difference's point estimate: the bootstrap's mean over (seed, problem) cells where there is one,
+    else the mean over seeds (as the answer table shows it)."""
+    return (st.get("interval") or st)["mean"]
+
+
 def missing_baselines(summary: dict[str, Any]) -> list[str]:
     """The baselines a comparison of a pool-sharing algorithm should have and lacks, each with why: the
     compute-matched GSPO (gspo2x for 2 agents, gspo-x<N> for N: as many answers and updates per agent as the

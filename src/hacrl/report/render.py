@@ -329,6 +329,10 @@ def render_report(summary: dict[str, Any]) -> str:
     lines += ["## Reading", ""]
     for p in s["reading"] or ["(nothing to say)"]:
         lines += [p, ""]
+    if s.get("advice"):
+        lines += [f"## Which to train with (within {s['choice']['margin']:g} of the best arm)", ""]
+        for p in s["advice"]:
+            lines += [p, ""]
     lines += _config_section(s)
     lines += _accuracy_section(s)
     lines += render_answer_quality(s.get("answer_quality"), s["baselines"])

@@ -20,7 +20,15 @@ from hacrl.learner.algorithms import adaptive_window
 from hacrl.report.answers import answer_quality
 from hacrl.report.pace import pace_summary
 from hacrl.report.provenance import provenance_summary
-from hacrl.report.reading import algorithm_of, answer_rows, automatic_reading, is_baseline
+from hacrl.report.reading import (
+    CHOICE_MARGIN,
+    advice,
+    algorithm_of,
+    answer_rows,
+    automatic_reading,
+    is_baseline,
+    within_margin,
+)
 from hacrl.report.runs import RunData, RunOutcome, outputs_data
 from hacrl.report.stats import (
     BOOTSTRAP_B,
@@ -122,6 +130,8 @@ def summarize(cfg: Config, meta: dict[str, Any], outcomes: list[RunOutcome],
             summary["windows"][algo] = _window_of(algo, outcome_of, seeds, cfg)
     summary["provenance"] = provenance_summary(outcomes)  # commits, libraries, devices; who differs
     summary["reading"] = automatic_reading(summary)
+    summary["choice"] = _choice(agent_ids, by_algo, seeds, steps)
+    summary["advice"] = advice(summary)
     return summary
 
 
@@ -173,15 +183,7 @@ def _results_of(agent: str, cfg: Config, by_algo: dict[str, list[RunData]], base
         mean, sd = mean_sd(vals)
         start_mean, start_sd = mean_sd([d.evals.get((0, agent)) for d in runs])
         updates = [sum(_metric(d, s, f"agent/{agent}/optimizer_steps") or 0 for s in d.metrics) for d in runs]
-        vs = {}
-        for b in baselines:
-            if b == algo:
-                continue
-            common = [s for s in seeds if finals[algo].get(s) is not None and finals[b].get(s) is not None]
-            mine, theirs = [finals[algo][s] for s in common], [finals[b][s] for s in common]
-            vs[b] = {**paired_difference(mine, theirs), "seeds": common,
-                     **_interval(algo, b, by_algo, common, steps, agent, "greedy"),
-                     "seed_interval": seed_t_interval(mine, theirs)}
+        vs = {b: _paired(algo, b, finals, by_algo, seeds, steps, agent) for b in baselines if b != algo}
         per_step = t.batch_size * cfg.rollout.rollouts_per_prompt * a.rollout_multiplier
         per_algo[algo] = {
             "start": start_mean, "start_sd": start_sd,
@@ -196,6 +198,42 @@ def _results_of(agent: str, cfg: Config, by_algo: dict[str, list[RunData]], base
         if sampled is not None:
             per_algo[algo]["sampled"] = sampled
     return per_algo
+
+
+def _paired(algo: str, b: str, finals: dict[str, dict[int, float | None]], by_algo: dict[str, list[RunData]],
+            seeds: list[int], steps: int, agent: str) -> dict[str, Any]:
+    """``algo`` − ``b`` on ``agent``'s final greedy accuracy over the seeds both finished: the mean and t-test over
+    seeds, the paired bootstrap over seeds × problems (:func:`_interval`) and the seed-level t-interval."""
+    common = [s for s in seeds if finals[algo].get(s) is not None and finals[b].get(s) is not None]
+    mine, theirs = [finals[algo][s] for s in common], [finals[b][s] for s in common]
+    return {**paired_difference(mine, theirs), "seeds": common,
+            **_interval(algo, b, by_algo, common, steps, agent, "greedy"),
+            "seed_interval": seed_t_interval(mine, theirs)}
+
+
+def _choice(agent_ids: list[str], by_algo: dict[str, list[RunData]], seeds: list[int], steps: int
+            ) -> dict[str, Any]:
+    """Which arm to train with, per agent (``summary["choice"]``, read by :func:`hacrl.report.reading.advice`):
+    over the seeds every arm finished, the arm with the highest mean final greedy accuracy (``best``), and every
+    other arm's paired difference to it with both intervals and its reading against :data:`CHOICE_MARGIN`
+    (:func:`hacrl.report.reading.within_margin`: ``within``, ``behind`` or ``undecided``)."""
+    out: dict[str, Any] = {"margin": CHOICE_MARGIN, "agents": {}}
+    for agent in agent_ids:
+        finals = {algo: {d.seed: d.evals.get((steps, agent)) for d in runs} for algo, runs in by_algo.items()}
+        common = [s for s in seeds if all(finals[a].get(s) is not None for a in by_algo)]
+        if not common or len(by_algo) < 2:
+            continue
+        means = {a: sum(finals[a][s] for s in common) / len(common) for a in by_algo}
+        best = max(by_algo, key=lambda a: means[a])  # a tie goes to the arm listed first
+        arms = {}
+        for algo in by_algo:
+            if algo == best:
+                arms[algo] = {"mean": means[algo], "reading": "best"}
+                continue
+            vs = _paired(algo, best, {algo: finals[algo], best: finals[best]}, by_algo, common, steps, agent)
+            arms[algo] = {"mean": means[algo], "vs_best": vs, "reading": within_margin(vs, CHOICE_MARGIN)}
+        out["agents"][agent] = {"best": best, "seeds": common, "arms": arms}
+    return out
 
 
 def _diagnostics_of(agent: str, runs: list[RunData], agent_ids: list[str]) -> dict[str, Any]:
