@@ -274,6 +274,8 @@ def test_second_invocation_reuses_finished_runs(comparison, tiny_models, capsys)
     printed = capsys.readouterr().out
     assert printed.count("reused") == 4 and "trained" not in printed
     assert f"report in {report}" in printed
+    advice = printed[printed.index("Which to train with (within 0.01 of the best arm):"):]  # after the table
+    assert "  With fewer than 3 seeds every reading is indicative" in advice and "report in" in advice
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in before}
     assert after == before  # not retrained, not even rewritten
     assert "| runs this time | 4 reused |" in report.read_text()

@@ -154,5 +154,6 @@ def _print_answer(summary_path: Path) -> None:
         return
     if lines:
         print("\n".join(["", *lines, ""]))
-    for line in summary.get("advice") or []:
-        print(line)
+    if summary.get("advice"):
+        print(f"Which to train with (within {summary['choice']['margin']:g} of the best arm):")
+        print("\n".join(f"  {line}" for line in summary["advice"]))
