@@ -37,9 +37,11 @@ PAGE = "docs/results-tallies.md"
 MECHANISM_CELLS = ["e1-tiny-model", "e1-tiny-state", "sym-0.5", "sym-1.0", "asym", "high", "eq-model", "low",
                    "p1-rho0", "p1-rho1", "p2-rho0", "p2-rho1", "p1-avx2-rho1", "high-avx2", "p1-avx2-rho0",
                    "p1-avx2-rho0.5", "p2-rho0.5", "asym-avx2", "e4-unfaithful", "e4-faithful"]
-# The trust study's finished cells: stage 1's five and stage 2b's three (docs/results-trust.md). Stage 4's E4
-# cells enter when their runs are all in.
-TRUST_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym"]
+# The trust study's finished cells: stage 1's five, stage 2b's three and stage 5's finished ones
+# (docs/results-trust.md). Stage 4's E4 cells and stage 5's others enter when their runs are all in.
+TRUST_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym", "p2-rho1"]
+# The cells where stage 3's variant ran (stages 1 and 2b's eight; stage 5 runs it only after its five arms).
+VARIANT_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym"]
 # Stage 3's variant, read against trust as the README quotes it.
 TRUST_VARIANT = "trust@trust_budget=true@trust_mean=trained"
 TALLIES = [("hacpo", "naive"), ("hacpo", "imitation")]
@@ -107,11 +109,11 @@ def _regrets(trust: ModuleType, rows: list[dict]) -> list[str]:
 
 
 def trust_section(trust: ModuleType) -> list[str]:
-    cells = _dirs("trust", TRUST_CELLS)
-    rows = [row for c in cells for row in trust.cell_rows(c)]
-    variant = [row for c in cells for row in trust.cell_rows(c, TRUST_VARIANT, "trust")]
+    rows = [row for c in _dirs("trust", TRUST_CELLS) for row in trust.cell_rows(c)]
+    variant = [row for c in _dirs("trust", VARIANT_CELLS) for row in trust.cell_rows(c, TRUST_VARIANT, "trust")]
     command = f"python bench/trust_study.py {_brace('trust', TRUST_CELLS)}"
-    variant_command = f"{command} --method '{TRUST_VARIANT}' --vs trust"
+    variant_command = (f"python bench/trust_study.py {_brace('trust', VARIANT_CELLS)} --method '{TRUST_VARIANT}' "
+                       "--vs trust")
     return ["## The trust study", "",
             ("Per cell and agent, trust's final accuracy against the best fixed arm (hacpo, naive, imitation, "
              "gspo2x) and against GSPO×2, read by the rules of [its study](results-trust.md); then every arm's "
