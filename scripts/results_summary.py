@@ -36,6 +36,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -358,19 +359,26 @@ def comparisons_in(body: list[str]) -> list[str]:
     return [line for line in body if line.startswith("### ")]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_or_check(argv: list[str] | None, description: str, make: Callable[[], str], page_path: str,
+                   script: str) -> int:
+    """A generated page's command line (this script's and scripts/results_tallies.py's): write ``make()`` to
+    ``page_path`` (relative to the repository root), or with ``--check`` exit 1 if the file is missing or differs."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help="only compare the page; write nothing")
     args = parser.parse_args(argv)
-    new, path = page(), ROOT / PAGE
+    new, path = make(), ROOT / page_path
     if args.check:
-        if path.read_text(encoding="utf-8") != new:
-            print(f"{PAGE} differs from `python scripts/results_summary.py`'s output: run it", file=sys.stderr)
+        if not path.is_file() or path.read_text(encoding="utf-8") != new:
+            print(f"{page_path} differs from `python {script}`'s output: run it", file=sys.stderr)
             return 1
         return 0
     path.write_text(new, encoding="utf-8")
-    print(PAGE)
+    print(page_path)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_or_check(argv, __doc__.splitlines()[0], page, PAGE, "scripts/results_summary.py")
 
 
 if __name__ == "__main__":

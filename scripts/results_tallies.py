@@ -24,7 +24,6 @@ tests/meta/test_results_tallies.py runs ``--check``.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from pathlib import Path
@@ -147,18 +146,8 @@ def page() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only compare the page; write nothing")
-    args = parser.parse_args(argv)
-    new, path = page(), ROOT / PAGE
-    if args.check:
-        if not path.is_file() or path.read_text(encoding="utf-8") != new:
-            print(f"{PAGE} differs from `python scripts/results_tallies.py`'s output: run it", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(new, encoding="utf-8")
-    print(PAGE)
-    return 0
+    generated = _load("scripts/results_summary.py", "results_summary")  # the same command line for both pages
+    return generated.write_or_check(argv, __doc__.splitlines()[0], page, PAGE, "scripts/results_tallies.py")
 
 
 if __name__ == "__main__":
