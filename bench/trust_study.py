@@ -22,6 +22,13 @@ Stage 2 (the page's second section) reads another arm in trust's place and its p
 ``--method 'trust@trust_budget=true' --vs trust --threshold -0.01`` adds, per cell and agent, method − trust with
 both intervals and the reading against the threshold: ``at or above`` (both lower ends ≥ it), ``below`` (both
 upper ends under it) or ``undecided``. With a budget the table also gives each agent's mean answers per prompt.
+
+Stage 6's exploratory signal (``--signals``): per cell and agent, how foreign the partner's answers look to the
+learner early in its trust runs, r̄ (the mean of ``agent/<a>/cross/ratio_mean``, the partner answers' ratio s to
+their author, over each run's first ``SIGNAL_STEPS`` steps, then over the runs), beside the share the ratio floor
+kept and the gap GSPO×2 − the best sharing arm (of hacpo, naive, imitation; point estimates). The page's
+prediction: r̄ < ``FOREIGN`` foretells that 2G alone is not beaten by sharing (gap ≥ −0.01), r̄ ≥ it that
+sharing beats 2G alone by more than 0.01.
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ from hacrl.run.sinks import read_jsonl
 FIXED = ("hacpo", "naive", "imitation", "gspo2x")
 METHOD = "trust"
 MARGIN = 0.01  # the rules' margin: within 0.01 of the best fixed method
+SHARING = ("hacpo", "naive", "imitation")  # the fixed arms that learn from the partner
+SIGNAL_STEPS = 10  # stage 6: the early steps the foreignness r̄ is read over
+FOREIGN = 0.5  # stage 6: r̄ below this predicts that sharing does not beat 2G alone
 
 
 def read_summary(cell: Path) -> dict[str, Any]:
@@ -223,6 +233,66 @@ def arm_regrets(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def foreignness(run_dirs: list[Path], agent: str, steps: int = SIGNAL_STEPS) -> tuple[float, float]:
+    """(r̄, kept): the mean of ``agent``'s ``cross/ratio_mean`` and of its ``cross/kept_frac`` over each run's first
+    ``steps`` steps that log them, averaged over the runs."""
+    ratios, kept = [], []
+    for run_dir in run_dirs:
+        lines = [x for x in read_jsonl(run_dir / "metrics.jsonl") if f"agent/{agent}/cross/ratio_mean" in x][:steps]
+        if not lines:
+            raise SystemExit(f"{run_dir}: no agent/{agent}/cross/ratio_mean in its metrics")
+        ratios.append(statistics.fmean(x[f"agent/{agent}/cross/ratio_mean"] for x in lines))
+        kept.append(statistics.fmean(x.get(f"agent/{agent}/cross/kept_frac", 1.0) for x in lines))
+    return statistics.fmean(ratios), statistics.fmean(kept)
+
+
+def predicts(foreign: float, gap: float, cut: float = FOREIGN, margin: float = MARGIN) -> tuple[str, str, bool]:
+    """Stage 6's prediction from r̄ and what the arms' finals show: (predicted, observed, hit), each side named
+    ``2G not beaten`` (GSPO×2 − best sharing ≥ −margin) or ``sharing wins`` (below it).
+
+    >>> predicts(0.03, 0.050)
+    ('2G not beaten', '2G not beaten', True)
+    >>> predicts(0.66, -0.006)
+    ('sharing wins', '2G not beaten', False)
+    >>> predicts(0.80, -0.056)[2], predicts(0.36, -0.011)[1]
+    (True, 'sharing wins')
+    """
+    predicted = "2G not beaten" if foreign < cut else "sharing wins"
+    observed = "2G not beaten" if gap >= -margin else "sharing wins"
+    return predicted, observed, predicted == observed
+
+
+def signal_rows(cell: Path, method: str = METHOD) -> list[dict[str, Any]]:
+    """Stage 6's exploratory signal of each agent of ``cell``, read from its ``method`` runs."""
+    summary = read_summary(cell)
+    dirs = _run_dirs(cell, summary, method)
+    if not dirs:
+        raise SystemExit(f"{cell}: no run of {method!r}")
+    rows = []
+    for agent in summary["agents"]:
+        res = summary["results"][agent]
+        missing = [a for a in (*SHARING, "gspo2x") if not res.get(a, {}).get("final")]
+        if missing:
+            raise SystemExit(f"{cell}: no finished {', '.join(missing)} for {agent}")
+        share = max(SHARING, key=lambda a: res[a]["final"]["mean"])
+        gap = res["gspo2x"]["final"]["mean"] - res[share]["final"]["mean"]
+        foreign, kept = foreignness(dirs, agent)
+        predicted, observed, hit = predicts(foreign, gap)
+        rows.append({"cell": cell.name, "agent": agent, "foreign": foreign, "kept": kept, "best_sharing": share,
+                     "gap": gap, "predicted": predicted, "observed": observed, "hit": hit})
+    return rows
+
+
+def signal_table(rows: list[dict[str, Any]]) -> str:
+    head = (f"| cell | agent | r̄ (first {SIGNAL_STEPS} steps) | kept by the floor | best sharing arm | "
+            "GSPO×2 − it | predicted | observed | hit |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    out += [f"| {r['cell']} | {r['agent']} | {r['foreign']:.2f} | {r['kept']:.2f} | {r['best_sharing']} | "
+            f"{r['gap']:+.3f} | {r['predicted']} | {r['observed']} | {'yes' if r['hit'] else 'no'} |" for r in rows]
+    hits = sum(r["hit"] for r in rows)
+    return "\n".join(out) + f"\n\n{hits} of {len(rows)} agents as predicted (r̄ < {FOREIGN}: 2G not beaten)"
+
+
 def plot(rows: list[dict[str, Any]], out: Path) -> None:
     """Regret (best fixed − trust) per cell and agent, with the bootstrap interval; the ±0.01 band shaded."""
     import matplotlib
@@ -258,7 +328,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vs", help="also read method − this arm (it must be a baseline of the comparison)")
     parser.add_argument("--threshold", type=float, default=-MARGIN, help="--vs's reading against this (default "
                         f"{-MARGIN})")
+    parser.add_argument("--signals", action="store_true", help="stage 6: the foreignness r̄ of the partner's answers "
+                        "early in each agent's runs of --method, and the prediction it makes, instead of the rules")
     args = parser.parse_args(argv)
+    if args.signals:
+        print(signal_table([row for cell in args.cells for row in signal_rows(cell, args.method)]))
+        return
     rows = [row for cell in args.cells for row in cell_rows(cell, args.method, args.vs, args.threshold)]
     print(table(rows))
     print()

@@ -101,3 +101,28 @@ def test_another_arm_in_trusts_place_read_against_a_named_arm(study, tmp_path):
     assert "| trust − naive [boot] (seeds) | against -0.01 |" in table and "| 11.3 |" in table
     with pytest.raises(SystemExit, match="no run of 'trust@trust_budget=true'"):
         study.cell_rows(cell, "trust@trust_budget=true")
+
+
+def test_the_foreignness_signal_and_its_prediction(study, tmp_path):
+    # stage 6: r̄ is the mean of cross/ratio_mean over a run's first steps, then over runs. a: seed 0 logs 0.8, 0.6,
+    # 0.1 (first 3: 0.5, first 2: 0.7), seed 1 0.9 each → r̄ 0.7 (3 steps) or 0.8 (2 steps); b: 0.1, 0.2, 0.3 and
+    # 0.6 each → 0.4. Gaps by hand: a's GSPO×2 0.57 − naive 0.60 = −0.03 (sharing wins); b's 0.50 − naive 0.46 = +0.04
+    cell = make_cell(tmp_path)
+    ratios = {0: {"a": (0.8, 0.6, 0.1), "b": (0.1, 0.2, 0.3)}, 1: {"a": (0.9,) * 3, "b": (0.6,) * 3}}
+    kept = {"a": (1.0, 0.5, 0.0), "b": (0.2, 0.2, 0.2)}
+    for seed in (0, 1):
+        path = cell / "runs" / "trust" / f"seed-{seed}" / "metrics.jsonl"
+        lines = [dict(json.loads(x), **{f"agent/{k}/cross/ratio_mean": ratios[seed][k][i] for k in "ab"},
+                      **{f"agent/{k}/cross/kept_frac": kept[k][i] for k in "ab"})
+                 for i, x in enumerate(path.read_text().splitlines())]
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    dirs = [cell / "runs" / "trust" / f"seed-{s}" for s in (0, 1)]
+    assert study.foreignness(dirs, "a", steps=3) == pytest.approx((0.7, 0.5))
+    assert study.foreignness(dirs, "a", steps=2) == pytest.approx((0.8, 0.75))
+    rows = {r["agent"]: r for r in study.signal_rows(cell)}
+    assert rows["a"]["foreign"] == pytest.approx(0.7) and rows["b"]["foreign"] == pytest.approx(0.4)
+    assert (rows["a"]["best_sharing"], rows["a"]["gap"]) == ("naive", pytest.approx(-0.03))
+    assert (rows["a"]["predicted"], rows["a"]["observed"], rows["a"]["hit"]) == ("sharing wins",) * 2 + (True,)
+    assert (rows["b"]["predicted"], rows["b"]["observed"], rows["b"]["hit"]) == ("2G not beaten",) * 2 + (True,)
+    assert study.signal_table(list(rows.values())).endswith("2 of 2 agents as predicted (r̄ < 0.5: 2G not beaten)")
+    assert study.predicts(0.4, -0.03) == ("2G not beaten", "sharing wins", False)
