@@ -155,3 +155,49 @@ def test_the_trained_mean_reaches_the_loss(tmp_path):
         assert losses["all"][f"agent/{agent}/trust_kept/{partner}"] < 1.0
         assert losses["all"]["agent/qwen-char/reward"] == losses["trained"]["agent/qwen-char/reward"]  # one rollout
         assert losses["trained"][f"agent/{agent}/pg_loss"] != pytest.approx(losses["all"][f"agent/{agent}/pg_loss"])
+
+
+def test_the_usable_baseline_reaches_the_advantage_from_the_second_update(tmp_path):
+    # a floor of 0.9 cuts some partner answers; the usable baseline weighs them by the share the last update kept:
+    # the first update (nothing kept yet: weight τ) is the default's, the second's loss differs
+    lines = {}
+    for mode in ("tau", "usable"):
+        trainer = make_trainer(tmp_path, "trainer.steps=2", "algorithm.trust_floor=0.9",
+                               f"algorithm.trust_baseline={mode}", name=mode)
+        try:
+            lines[mode] = [trainer.step(), trainer.step()]
+        finally:
+            trainer.close()
+    for agent, partner in (("qwen-char", "llama-bpe"), ("llama-bpe", "qwen-char")):
+        first, second = lines["usable"]
+        assert first[f"agent/{agent}/trust_baseline/{partner}"] == 1.0
+        assert first[f"agent/{agent}/pg_loss"] == lines["tau"][0][f"agent/{agent}/pg_loss"]
+        kept = first[f"agent/{agent}/trust_kept/{partner}"]
+        assert 0.0 <= kept < 1.0
+        assert second[f"agent/{agent}/trust_baseline/{partner}"] == pytest.approx(
+            second[f"agent/{agent}/trust/{partner}"] * kept)
+        assert lines["tau"][1][f"agent/{agent}/trust_baseline/{partner}"] == lines["tau"][1][
+            f"agent/{agent}/trust/{partner}"]
+        assert second[f"agent/{agent}/pg_loss"] != pytest.approx(lines["tau"][1][f"agent/{agent}/pg_loss"])
+
+
+def test_the_usable_baseline_resumes_exactly(tmp_path):
+    extra = ("algorithm.trust_floor=0.9", "algorithm.trust_baseline=usable")
+    straight = make_trainer(tmp_path, "trainer.steps=4", *extra, name="straight")
+    straight.train()
+    first = make_trainer(tmp_path, "trainer.steps=3", "trainer.checkpoint_every=3", *extra, name="resumed")
+    first.train()
+    second = make_trainer(tmp_path, "trainer.steps=4", *extra, name="resumed",
+                          resume_from=first.run_dir / "checkpoints" / "step-000003")
+    second.train()
+
+    def lines(run_dir):
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("timing/", "eval/"))}
+                for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert lines(straight.run_dir) == lines(second.run_dir)
+
+
+def test_the_usable_baseline_needs_the_trust_method(tmp_path):
+    cfg = load_config("tiny-test", overrides=["algorithm.name=naive", "algorithm.trust_baseline=usable"])
+    with pytest.raises(ConfigError, match="algorithm.trust_baseline=usable: naive holds no trust"):
+        Trainer(cfg, tmp_path)

@@ -53,3 +53,40 @@ def test_what_an_update_kept_of_each_partner_and_what_it_was_worth():
     tau, floors = [0.5, 1.0, 1.0], [0.1 ** 0.5, 0.0, 0.1]
     out = trust.kept(tau, floors, {0: [0.2, 0.4, 1.0, 3.0], 2: [0.05, 0.5]})
     assert out == {"trust_kept/a": 0.75, "trust_usable/a": 0.375, "trust_kept/c": 0.5, "trust_usable/c": 0.5}
+
+
+def test_the_usable_baseline_weighs_each_partner_by_what_its_floor_kept():
+    # algorithm.trust_baseline=usable: before any update every weight is τ; after one that kept half of partner 1's
+    # answers and none of partner 2's, the weights are τ × that share: [1, 0.5, 0]
+    trust = LearnerTrust(0, ["a", "b", "c"], TrustRule(), "usable")
+    assert trust.baseline([1.0, 1.0, 0.5]) == [1.0, 1.0, 0.5]
+    trust.kept([1.0, 1.0, 1.0], [0.0, 0.1, 0.1], {1: [0.05, 0.5], 2: [0.01, 0.02]})
+    weights = trust.baseline([1.0, 1.0, 1.0])
+    assert weights == [1.0, 0.5, 0.0]
+    metrics = trust.metrics([1.0, 1.0, 1.0], [0.0, 0.1, 0.1])
+    assert (metrics["trust_baseline/b"], metrics["trust_baseline/c"]) == (0.5, 0.0)
+    # rows [1, 0, 0 | 1, 1 | 0, 1] at weights [1, 1, 1, ½, ½, 0, 0]: W 4, mean (1 + ½ + ½)/4 = ½, variance
+    # (3 · ¼ + ½ · ¼ + ½ · ¼)/(4 − 1) = ⅓: the learner's right answer +½/√⅓ = +0.866, a wrong one −0.866
+    view = rows()
+    assign_advantages(view, 0, ALGORITHMS.get("trust"), OMEGA, weights)
+    assert_close(torch.tensor([r.advantage for r in view[:2]]), torch.tensor([0.5, -0.5]) / (3 ** -0.5 + 1e-6))
+    # the default keeps τ whatever the floor kept
+    plain = LearnerTrust(0, ["a", "b", "c"], TrustRule())
+    plain.kept([1.0, 1.0, 1.0], [0.0, 0.1, 0.1], {1: [0.05, 0.5], 2: [0.01, 0.02]})
+    assert plain.baseline([1.0, 1.0, 1.0]) == [1.0, 1.0, 1.0]
+
+
+def test_the_kept_shares_the_baseline_reads_survive_a_checkpoint(tmp_path):
+    trust = LearnerTrust(1, ["a", "b"], TrustRule(), "usable")
+    trust.kept([0.75, 1.0], [0.1 ** 0.75, 0.0], {0: [0.01, 0.9, 0.9, 0.9]})
+    agent_dir = tmp_path / "checkpoint" / "agents" / "b"
+    agent_dir.mkdir(parents=True)
+    trust.save(agent_dir)
+    back = LearnerTrust(1, ["a", "b"], TrustRule(), "usable")
+    back.restore(tmp_path / "checkpoint", "b")
+    assert back.last_kept == [0.75, 1.0] and back.baseline([0.75, 1.0]) == [0.5625, 1.0]
+    # a checkpoint written before the key existed reads as nothing cut yet
+    (agent_dir / "trust.json").write_text('{"tau": [1.0, 1.0], "reference": null}')
+    old = LearnerTrust(1, ["a", "b"], TrustRule(), "usable")
+    old.restore(tmp_path / "checkpoint", "b")
+    assert old.last_kept == [1.0, 1.0]

@@ -202,15 +202,16 @@ class AgentWorker:
         # the cross ratios the update saw: the adaptive window moves on them, trust counts what its floor kept
         ratios: dict[int, list[float]] | None = {} if lower0 is not None or self.trust is not None else None
         trust_metrics: dict[str, float] = {}
-        trust = None
+        trust = baseline = None
         if self.trust is not None:  # this step's validation check (if any) moves the trust before the update
             trust_metrics = self.trust.observe(request.validation[self.index] if request.validation else None)
             trust = self.trust.settings()
+            baseline = self.trust.baseline(trust[0])
             trust_metrics.update(self.trust.metrics(*trust))
         lr = agent.lr  # this step's rate (agents[i].lr_schedule), for every minibatch of the step
         metrics = learn(agent, pool, request.omega_NN, self.algo, self.settings, schedule,
                         stale=stale if cfg.trainer.mode == "async" else None, dp_group=self.dp_group,
-                        cross_lower0=lower0, observed_ratios=ratios, trust=trust,
+                        cross_lower0=lower0, observed_ratios=ratios, trust=trust, baseline_N=baseline,
                         before_update=self._sleep_engine_for_training)
         if self.trust is not None and trust is not None:
             trust_metrics.update(self.trust.kept(*trust, ratios or {}))

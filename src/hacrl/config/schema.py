@@ -253,6 +253,10 @@ class AlgorithmConfig(_Section):
         "all", description="trust: the partner loss's mean over every row of a micro-batch (all, as naive) or over "
         "the rows that train (trained: own rows, and partner rows by their weight where the floor keeps them), so "
         "cut or distrusted partner answers do not shrink the learner's own step")
+    trust_baseline: Literal["tau", "usable"] = Field(
+        "tau", description="trust: each partner's weight in the joint group's baseline: its τ (tau), or τ × the share "
+        "of its answers the ratio floor kept in the learner's previous update (usable), so answers that do not train "
+        "leave the baseline too (1 before the first update)")
     veto_kl: float = Field(0.1, ge=0, description="negatives=veto: the largest per-token KL (−log s) a negative "
                            "partner answer may have")
     rollout_correction: Literal["auto", "off", "truncate", "mask", "masked-is"] = Field(

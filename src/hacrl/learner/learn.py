@@ -53,11 +53,13 @@ def learn(agent: Agent, pool: TrajectoryPool, omega_NN: Tensor, algo: Algorithm,
           schedule: Schedule, *, stale: StaleSettings | None = None, dp_group: Any = None,
           cross_lower0: Sequence[float] | None = None, observed_ratios: dict[int, list[float]] | None = None,
           trust: tuple[Sequence[float], Sequence[float]] | None = None,
+          baseline_N: Sequence[float] | None = None,
           before_update: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Train ``agent`` on ``pool`` (its own answers with their token ids) for one step of ``algo``; returns the
     update's metrics (``update_learner``'s), ``optimizer_steps``, ``truncated_frac`` (the share of its rows cut at
     its answer limit) and, with ``stale``, ``staleness_is/*``. ``trust``: the ``trust`` method's τ and ratio floor per
-    source agent (``hacrl.learner.trust``). ``before_update`` runs once the rows are ready and before the first
+    source agent (``hacrl.learner.trust``); ``baseline_N``: each source's weight in the ``trust`` advantage's baseline
+(default: that τ). ``before_update`` runs once the rows are ready and before the first
     optimizer step (the worker puts its engine to sleep there)."""
     prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
     rows = build_view(agent, pool, algo, prompts)
@@ -67,7 +69,8 @@ def learn(agent: Agent, pool: TrajectoryPool, omega_NN: Tensor, algo: Algorithm,
         engine_behaviour=stale.engine_behaviour) if stale is not None else {}
     if trust is not None:
         apply_trust(rows, *trust)
-    assign_advantages(rows, agent.index, algo, omega_NN, trust[0] if trust is not None else None)
+    weights_N = baseline_N if baseline_N is not None else (trust[0] if trust is not None else None)
+    assign_advantages(rows, agent.index, algo, omega_NN, weights_N)
     mbs = minibatches(rows, schedule.minibatch_size, schedule.rows_per_prompt, seed=schedule.seed)
     before_update()
     metrics: dict[str, Any] = update_learner(

@@ -8,7 +8,8 @@ the update, which then weighs each partner's answers by τ and cuts them below t
 ``agent/<learner id>/``): ``trust/<partner id>`` (τ used in this update), ``trust_floor/<partner id>`` (ℓ),
 ``trust_kept/<partner id>`` (the share of that partner's answers whose ratio was at or above ℓ: those that trained),
 ``trust_usable/<partner id>`` (τ × that share: what one of its answers was worth to this learner, which the
-rollout budget reads, ``algorithm.trust_budget``), and on
+rollout budget reads, ``algorithm.trust_budget``), ``trust_baseline/<partner id>`` (its weight in the joint group's
+baseline: τ, or with ``algorithm.trust_baseline: usable`` τ × the share the previous update kept), and on
 a check ``val/acc``, ``val/wins``, ``val/losses`` (against the reference check) and ``val/harm`` (1 when the rule
 cut the trust). The state lives in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the
 same trust and reference.
@@ -31,9 +32,13 @@ TRUST_FILE = "trust.json"
 class LearnerTrust:
     """Learner ``learner``'s trust in the agents ``ids`` (``TrustState``) and the metrics it logs."""
 
-    def __init__(self, learner: int, ids: list[str], rule: TrustRule) -> None:
+    def __init__(self, learner: int, ids: list[str], rule: TrustRule, baseline: str = "tau") -> None:
+        if baseline not in ("tau", "usable"):
+            raise ValueError(f"trust baseline must be tau or usable, got {baseline!r}")
         self.ids = list(ids)
         self.state = TrustState(learner, len(ids), rule)
+        self.baseline_mode = baseline
+        self.last_kept = [1.0] * len(ids)  # per source: the share the previous update's floor kept (1: none yet)
 
     @classmethod
     def for_run(cls, cfg: Config, learner: int, algo: Algorithm) -> LearnerTrust | None:
@@ -43,7 +48,7 @@ class LearnerTrust:
             return None
         a = cfg.algorithm
         rule = TrustRule(floor=a.trust_floor, z=a.trust_z, min_drop=a.trust_min_drop, regain=a.trust_regain)
-        return cls(learner, [s.id for s in cfg.agents], rule)
+        return cls(learner, [s.id for s in cfg.agents], rule, a.trust_baseline)
 
     def observe(self, correct: Sequence[bool] | None) -> dict[str, float]:
         """A validation check (None: no check this step); its metrics (none for the first, the reference)."""
@@ -60,13 +65,31 @@ class LearnerTrust:
         """τ and ℓ per source agent: ``learn``'s ``trust``."""
         return list(self.state.tau), self.state.floors()
 
+    def baseline(self, tau: Sequence[float]) -> list[float]:
+        """Each source's weight in the joint group's baseline (the ``trust`` advantage's): τ, or with
+        ``trust_baseline: usable`` τ × the share of that source's answers the floor kept in the previous update
+        (the learner's own entry 1).
+
+        >>> t = LearnerTrust(0, ["a", "b"], TrustRule(), "usable")
+        >>> t.baseline([1.0, 1.0])
+        [1.0, 1.0]
+        >>> _ = t.kept([1.0, 1.0], [0.0, 0.1], {1: [0.05, 0.2, 0.01, 0.03]})
+        >>> t.baseline([1.0, 0.5])
+        [1.0, 0.125]
+        """
+        if self.baseline_mode == "tau":
+            return [float(t) for t in tau]
+        return [1.0 if j == self.state.learner else float(t) * self.last_kept[j] for j, t in enumerate(tau)]
+
     def metrics(self, tau: Sequence[float], floors: Sequence[float]) -> dict[str, float]:
-        """The τ and ℓ an update used, per partner."""
+        """The τ, ℓ and baseline weight an update used, per partner."""
         out = {}
+        baseline = self.baseline(tau)
         for j, source_id in enumerate(self.ids):
             if j != self.state.learner:
                 out[f"trust/{source_id}"] = float(tau[j])
                 out[f"trust_floor/{source_id}"] = float(floors[j])
+                out[f"trust_baseline/{source_id}"] = baseline[j]
         return out
 
     def kept(self, tau: Sequence[float], floors: Sequence[float], ratios: dict[int, list[float]]
@@ -76,15 +99,21 @@ class LearnerTrust:
         out = {}
         for j, share in sorted(kept_shares(ratios, floors).items()):
             if j != self.state.learner:
+                self.last_kept[j] = share
                 out[f"trust_kept/{self.ids[j]}"] = share
                 out[f"trust_usable/{self.ids[j]}"] = float(tau[j]) * share
         return out
 
     def save(self, agent_dir: Path) -> None:
-        write_atomic(agent_dir / TRUST_FILE, json.dumps(self.state.state_dict()))
+        write_atomic(agent_dir / TRUST_FILE, json.dumps({**self.state.state_dict(), "last_kept": self.last_kept}))
 
     def restore(self, resume_from: Path, agent_id: str) -> None:
         """From the checkpoint ``resume_from`` (a checkpoint without the file: as new)."""
         path = resume_from / "agents" / agent_id / TRUST_FILE
         if path.is_file():
-            self.state.load_state_dict(json.loads(path.read_text()))
+            state = json.loads(path.read_text())
+            kept = [float(x) for x in state.pop("last_kept", [1.0] * len(self.ids))]  # older checkpoints: none
+            if len(kept) != len(self.ids):
+                raise ValueError(f"trust state is for {len(kept)} agents, this run has {len(self.ids)}")
+            self.state.load_state_dict(state)
+            self.last_kept = kept
