@@ -60,12 +60,12 @@ def test_the_example_trains_two_steps_with_the_tiny_models_swapped_in(tmp_path, 
     stdout = capsys.readouterr().out
     assert rc == 0, stdout
     # a dataset task without task.name is named after its folder (the file is only "train"), everywhere
-    assert "finished 2 steps of trust; held-out greedy accuracy on 4 gsm8k-mini problems:" in stdout
+    assert "finished 2 steps of hacpo; held-out greedy accuracy on 4 gsm8k-mini problems:" in stdout
     saved = yaml.safe_load((out / "config.yaml").read_text())
-    assert saved["task"]["name"] == "gsm8k-mini" and saved["algorithm"]["name"] == "trust"
+    assert saved["task"]["name"] == "gsm8k-mini" and saved["algorithm"]["name"] == "hacpo"
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [0, 1, 2]
-    # trust's first validation check ran on the training rows (the slice: as many as the file holds, up to 256)
-    assert "agent/qwen3/val/acc" in lines[1] and "agent/qwen3/trust/llama" in lines[2]
+    # both learned from the shared pool: each saw the other's answers (hacpo's cross terms) in both updates
+    assert all(x["agent/qwen3/count/cross"] > 0 and x["agent/llama/count/cross"] > 0 for x in lines[1:])
     # gradient checkpointing is on in the example: no transformers FutureWarning about it
     assert not [w for w in caught if issubclass(w.category, FutureWarning) and "checkpointing" in str(w.message)]

@@ -1,7 +1,7 @@
 """Which arm a comparison recommends (hacrl.report.reading.advice) from hand-made ``choice`` entries: the arm
 within the margin of the best for every agent by both intervals, the smallest mean shortfall first; where none
-is, the smallest worst shortfall said as a point estimate; nothing with fewer than 3 seeds; trust named where the
-comparison lacks it."""
+is, the smallest worst shortfall said as a point estimate; nothing with fewer than 3 seeds; hacpo, the default
+hacrl recommends for an unmeasured pair, named where the comparison lacks it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def _vs(lo: float, hi: float, seed_lo: float, seed_hi: float) -> dict:
             "seed_interval": {"lo": seed_lo, "hi": seed_hi}}
 
 
-def _summary(arms_by_agent: dict, seeds=(0, 1, 2, 3), algorithms=("trust", "naive", "gspo2x")) -> dict:
+def _summary(arms_by_agent: dict, seeds=(0, 1, 2, 3), algorithms=("trust", "naive", "gspo2x", "hacpo")) -> dict:
     """``arms_by_agent``: agent → {arm: (mean, vs_best or None for the best)}; readings as within_margin gives."""
     agents = {}
     for agent, arms in arms_by_agent.items():
@@ -36,7 +36,7 @@ def test_the_arm_within_the_margin_for_every_agent_is_recommended():
     assert out[1] == ("b: trust ended highest (0.600, mean of 4 seeds). Undecided: gspo2x (-0.010). Behind it by "
                       "more than 0.01 by both intervals: naive (-0.050).")
     assert out[2] == "Within 0.01 of the best arm for every agent by both intervals: trust. Train with trust."
-    assert len(out) == 3  # trust is in the comparison: no line naming it
+    assert len(out) == 3  # hacpo is in the comparison: no line naming it
 
 
 def test_several_safe_arms_are_ordered_by_mean_shortfall():
@@ -58,15 +58,16 @@ def test_without_a_safe_arm_the_smallest_worst_shortfall_is_named_as_a_point_est
     assert out[2] == ("No arm is within 0.01 of the best for every agent by both intervals. The smallest worst "
                       "shortfall is trust's, 0.030 below the best for b (point estimates); more seeds decide the "
                       "undecided readings.")
-    assert len(out) == 3  # a variant of trust counts as trust being compared
+    assert len(out) == 3  # hacpo is compared: nothing more to name
 
 
-def test_fewer_than_three_seeds_recommend_nothing_and_a_comparison_without_trust_names_it():
+def test_fewer_than_three_seeds_recommend_nothing_and_a_comparison_without_the_default_names_it():
     s = _summary({"a": {"naive": (0.80, None), "gspo2x": (0.80, _vs(-0.001, 0.001, -0.001, 0.001))},
                   "b": {"naive": (0.60, None), "gspo2x": (0.60, _vs(-0.001, 0.001, -0.001, 0.001))}},
                  seeds=(0, 1), algorithms=("naive", "gspo2x"))
     out = advice(s)
     assert out[2] == "With fewer than 3 seeds every reading is indicative: run more seeds before choosing."
-    assert out[3].startswith("`trust`, the method hacrl recommends for a pair it has not measured")
+    assert out[3] == ("`hacpo`, the method hacrl recommends for a pair it has not measured (docs/results-trust.md), "
+                      "is not in this comparison: add it to --algos to see it on this pair.")
     assert not any("Train with" in line for line in out)
     assert advice({"algorithms": ["gspo"], "choice": {"margin": 0.01, "agents": {}}}) == []

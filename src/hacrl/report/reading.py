@@ -99,6 +99,9 @@ def indicative(st: dict[str, Any] | None) -> bool:
 
 
 CHOICE_MARGIN = 0.01  # "within 0.01 of the best arm": the trust study's margin (docs/results-trust.md, rule 1)
+# the way of sharing the README, examples/my-pair.yaml and the GSM8K hub preset recommend for an unmeasured pair:
+# the smallest worst shortfall within the pooled budget over the trust study's finished cells (README, verdict)
+DEFAULT_ARM = "hacpo"
 
 
 def within_margin(vs: dict[str, Any] | None, margin: float = CHOICE_MARGIN) -> str:
@@ -129,7 +132,7 @@ def advice(summary: dict[str, Any]) -> list[str]:
     other arm's reading against it (:func:`within_margin`); then the arm within the margin of the best for every
     agent, by both intervals (the one with the smallest mean shortfall first), or, where none is, the arm with
     the smallest worst shortfall as a point estimate, said as undecided. With fewer than :data:`MIN_SEEDS` seeds
-    nothing is recommended. Names ``trust`` where a comparison lacks it."""
+    nothing is recommended. Names :data:`DEFAULT_ARM` where a comparison lacks it."""
     choice = summary.get("choice") or {}
     agents, margin = choice.get("agents") or {}, choice.get("margin", CHOICE_MARGIN)
     if not agents:
@@ -161,9 +164,9 @@ def advice(summary: dict[str, Any]) -> list[str]:
             out.append(f"No arm is within {margin:g} of the best for every agent by both intervals. The smallest "
                        f"worst shortfall is {arm}'s, {max(shortfall[arm]):.3f} below the best for {worst_agent} "
                        f"(point estimates); more seeds decide the undecided readings.")
-    if "trust" not in {parse_variant(a)[0] for a in summary.get("algorithms", [])} and len(agents) > 1:
-        out.append("`trust`, the method hacrl recommends for a pair it has not measured (docs/results-trust.md), "
-                   "is not in this comparison: add it to --algos to see it on this pair.")
+    if DEFAULT_ARM not in {parse_variant(a)[0] for a in summary.get("algorithms", [])} and len(agents) > 1:
+        out.append(f"`{DEFAULT_ARM}`, the method hacrl recommends for a pair it has not measured "
+                   "(docs/results-trust.md), is not in this comparison: add it to --algos to see it on this pair.")
     return out
 
 
