@@ -278,8 +278,9 @@ def resolve(a: AlgorithmConfig) -> Algorithm:
 
 def check_run(cfg: Config, algo: Algorithm) -> None:
     """Raise ValueError (one line naming the key) where the run's other settings do not fit its resolved
-    ``algo``: trust's checks need the lock-step mode, and ``algorithm.trust_budget``, ``trust_mean`` and ``trust_baseline`` need a trust to read.
-    The trainer and ``hacrl train --check`` (through ``derive_for``) both call it, before any model loads."""
+    ``algo``: trust's checks need the lock-step mode, and ``algorithm.trust_budget``, ``trust_mean`` and
+    ``trust_baseline`` need a trust to read. The trainer and ``hacrl train --check`` (through ``derive_for``) both
+    call it, before any model loads."""
     if uses_trust(algo) and cfg.trainer.mode == "async":
         raise ValueError("trainer.mode=async: trust reads lock-step validation checks; set trainer.mode=lockstep")
     if cfg.algorithm.trust_budget and not uses_trust(algo):

@@ -58,9 +58,9 @@ def learn(agent: Agent, pool: TrajectoryPool, omega_NN: Tensor, algo: Algorithm,
     """Train ``agent`` on ``pool`` (its own answers with their token ids) for one step of ``algo``; returns the
     update's metrics (``update_learner``'s), ``optimizer_steps``, ``truncated_frac`` (the share of its rows cut at
     its answer limit) and, with ``stale``, ``staleness_is/*``. ``trust``: the ``trust`` method's τ and ratio floor per
-    source agent (``hacrl.learner.trust``); ``baseline_N``: each source's weight in the ``trust`` advantage's baseline
-(default: that τ). ``before_update`` runs once the rows are ready and before the first
-    optimizer step (the worker puts its engine to sleep there)."""
+    source agent (``hacrl.learner.trust``); ``baseline_N``: each source's weight in the ``trust`` advantage's
+    baseline (default: that τ). ``before_update`` runs once the rows are ready and before the first optimizer step
+    (the worker puts its engine to sleep there)."""
     prompts = {i: p.prompt for i, p in enumerate(pool.problems)}
     rows = build_view(agent, pool, algo, prompts)
     stale_metrics = correct_stale_rows(rows, lambda rs: prox_logprobs(
