@@ -25,6 +25,25 @@ def make_trainer(tmp_path, *overrides, name="run", resume_from=None):
     return Trainer(cfg, run_dir, resume_from=resume_from)
 
 
+def metric_lines(run_dir):
+    """A run's metrics.jsonl without its timings and evaluations: what an exact resume must reproduce."""
+    return [{k: v for k, v in json.loads(x).items() if not k.startswith(("timing/", "eval/"))}
+            for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def straight_and_cut(tmp_path, cut, *overrides):
+    """A 4-step run trained straight through, a run trained ``cut`` steps and checkpointed there, and a trainer
+    resuming the second from that checkpoint to step 4 (not yet trained)."""
+    straight = make_trainer(tmp_path, "trainer.steps=4", *overrides, name="straight")
+    straight.train()
+    first = make_trainer(tmp_path, f"trainer.steps={cut}", f"trainer.checkpoint_every={cut}", *overrides,
+                         name="resumed")
+    first.train()
+    second = make_trainer(tmp_path, "trainer.steps=4", *overrides, name="resumed",
+                          resume_from=first.run_dir / "checkpoints" / f"step-{cut:06d}")
+    return straight, first, second
+
+
 def test_trust_is_registered_and_reads_a_trust():
     algo = ALGORITHMS.get("trust")
     assert (algo.loss, algo.advantage, algo.partner_weight, algo.shares_pool) == ("partner", "trust", "trust", True)
@@ -72,19 +91,10 @@ def test_a_harm_check_distrusts_the_partner_for_the_next_update(tmp_path):
 
 
 def test_resume_goes_on_with_the_same_trust(tmp_path):
-    straight = make_trainer(tmp_path, "trainer.steps=4", name="straight")
-    straight.train()
-    first = make_trainer(tmp_path, "trainer.steps=3", "trainer.checkpoint_every=3", name="resumed")
-    first.train()
-    second = make_trainer(tmp_path, "trainer.steps=4", name="resumed",
-                          resume_from=first.run_dir / "checkpoints" / "step-000003")
+    straight, _, second = straight_and_cut(tmp_path, 3)
     assert second.backend.workers[0].trust.state.reference is not None
     second.train()
-
-    def lines(run_dir):
-        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("timing/", "eval/"))}
-                for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert lines(straight.run_dir) == lines(second.run_dir)
+    assert metric_lines(straight.run_dir) == metric_lines(second.run_dir)
 
 
 def test_trust_refuses_the_asynchronous_mode(tmp_path):
@@ -117,21 +127,12 @@ def test_the_rollout_budget_moves_answers_to_the_learner_that_distrusts(tmp_path
 def test_the_rollout_budget_resumes_with_the_same_split(tmp_path):
     # a floor of 0.9 cuts some partner answers at full trust, so the values the split reads are not all 1
     setting = ("algorithm.trust_budget=true", "algorithm.trust_budget_min=0.25", "algorithm.trust_floor=0.9")
-    straight = make_trainer(tmp_path, "trainer.steps=4", *setting, name="straight")
-    straight.train()
-    first = make_trainer(tmp_path, "trainer.steps=2", "trainer.checkpoint_every=2", *setting, name="resumed")
-    first.train()
-    second = make_trainer(tmp_path, "trainer.steps=4", *setting, name="resumed",
-                          resume_from=first.run_dir / "checkpoints" / "step-000002")
+    straight, first, second = straight_and_cut(tmp_path, 2, *setting)
     assert first.rollout_budget is not None and min(min(row) for row in first.rollout_budget.usable) < 1.0
     assert second.rollout_budget is not None and second.rollout_budget.usable == first.rollout_budget.usable
     second.train()
-
-    def lines(run_dir):
-        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("timing/", "eval/"))}
-                for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert lines(straight.run_dir) == lines(second.run_dir)
-    assert any(k.endswith("/rollouts") for k in lines(straight.run_dir)[-1])
+    assert metric_lines(straight.run_dir) == metric_lines(second.run_dir)
+    assert any(k.endswith("/rollouts") for k in metric_lines(straight.run_dir)[-1])
 
 
 def test_the_rollout_budget_needs_the_trust_method(tmp_path):
@@ -182,19 +183,9 @@ def test_the_usable_baseline_reaches_the_advantage_from_the_second_update(tmp_pa
 
 
 def test_the_usable_baseline_resumes_exactly(tmp_path):
-    extra = ("algorithm.trust_floor=0.9", "algorithm.trust_baseline=usable")
-    straight = make_trainer(tmp_path, "trainer.steps=4", *extra, name="straight")
-    straight.train()
-    first = make_trainer(tmp_path, "trainer.steps=3", "trainer.checkpoint_every=3", *extra, name="resumed")
-    first.train()
-    second = make_trainer(tmp_path, "trainer.steps=4", *extra, name="resumed",
-                          resume_from=first.run_dir / "checkpoints" / "step-000003")
+    straight, _, second = straight_and_cut(tmp_path, 3, "algorithm.trust_floor=0.9", "algorithm.trust_baseline=usable")
     second.train()
-
-    def lines(run_dir):
-        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("timing/", "eval/"))}
-                for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert lines(straight.run_dir) == lines(second.run_dir)
+    assert metric_lines(straight.run_dir) == metric_lines(second.run_dir)
 
 
 def test_the_usable_baseline_needs_the_trust_method(tmp_path):
