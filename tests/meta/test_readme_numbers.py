@@ -282,9 +282,11 @@ def test_every_number_the_readme_quotes_is_on_a_generated_page():
 def test_a_number_changed_by_0_001_is_named_with_its_line():
     """The check's point: the README's quote of trust's mean shortfall, moved by 0.001, fails on its line."""
     readme = README.read_text(encoding="utf-8")
-    assert readme.count("fixed arm is 0.026") == 1
-    for new in ("0.025", "0.024"):
-        broken = readme.replace("fixed arm is 0.026", f"fixed arm is {new}")
+    quotes = re.findall(r"fixed arm is (0\.\d{3})", readme)
+    assert len(quotes) == 1, "the README quotes trust's mean shortfall once, as 'fixed arm is 0.0xx'"
+    quoted = Decimal(quotes[0])
+    for new in (str(quoted + Decimal("0.001")), str(quoted - Decimal("0.001"))):
+        broken = readme.replace(f"fixed arm is {quoted}", f"fixed arm is {new}")
         line = broken[: broken.index(f"is {new}")].count("\n") + 1
         assert unsourced(broken) == [(f"README.md line {line}: {new} is not in the generated tables its sentence "
                                       f"or paragraph names ({SUMMARY}, {TALLIES})")]
