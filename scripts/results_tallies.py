@@ -36,11 +36,10 @@ PAGE = "docs/results-tallies.md"
 MECHANISM_CELLS = ["e1-tiny-model", "e1-tiny-state", "sym-0.5", "sym-1.0", "asym", "high", "eq-model", "low",
                    "p1-rho0", "p1-rho1", "p2-rho0", "p2-rho1", "p1-avx2-rho1", "high-avx2", "p1-avx2-rho0",
                    "p1-avx2-rho0.5", "p2-rho0.5", "asym-avx2", "e4-unfaithful", "e4-faithful"]
-# The trust study's finished cells: stage 1's five, stage 2b's three and stage 5's finished ones
-# (docs/results-trust.md). Stage 4's E4 cells and stage 5's others enter when their runs are all in.
+# The trust study's finished cells: stage 1's five, stage 2b's three and stage 5's six (docs/results-trust.md).
+# Stage 4's E4 cells enter when their runs are all in.
 TRUST_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym", "p2-rho1",
-               "p1-rho0.5", "p2-rho0.5", "low", "eq-model",
-               "p2-rho0"]
+               "p1-rho0.5", "p2-rho0.5", "low", "eq-model", "p2-rho0"]
 # The cells where stage 3's variant ran (stages 1 and 2b's eight; stage 5 runs it only after its five arms).
 VARIANT_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym"]
 # Stage 3's variant, read against trust as the README quotes it.
