@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.data.tasks import final_number, trace_consistent
+from hacrl.run.records import has_run
 from hacrl.run.sinks import is_task_record, read_jsonl, read_problem_evals
 
 BASELINE = "gspo2x"
@@ -167,7 +168,7 @@ def read_summary(comparison: Path) -> dict[str, Any]:
 def _run_dir(comparison: Path, run: dict[str, Any]) -> Path:
     """A run's directory: ``<comparison>/runs/<algo>/seed-<n>`` (where compare writes it), else summary's path."""
     local = comparison / "runs" / run["algorithm"] / f"seed-{run['seed']}"
-    return local if local.is_dir() else Path(run["dir"])
+    return local if has_run(local) else Path(run["dir"])
 
 
 def cell_rows(comparison: Path) -> list[dict[str, Any]]:
@@ -176,7 +177,7 @@ def cell_rows(comparison: Path) -> list[dict[str, Any]]:
     runs: dict[str, dict[int, dict]] = {}
     for run in summary["runs"]:
         d = _run_dir(comparison, run)
-        if d.is_dir():
+        if has_run(d):
             runs.setdefault(run["algorithm"], {})[int(run["seed"])] = run_measures(d)
     rows = []
     for agent in summary["agents"]:
@@ -235,7 +236,7 @@ def curve_rows(comparison: Path) -> list[dict[str, Any]]:
     curves: dict[tuple[str, str], list[dict[int, Any]]] = {}
     for run in summary["runs"]:
         d = _run_dir(comparison, run)
-        if d.is_dir():
+        if has_run(d):
             for agent, m in run_measures(d).items():
                 curves.setdefault((agent, run["algorithm"]), []).append(m["curve"])
     rows = []

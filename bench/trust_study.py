@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from hacrl.report.reading import within_margin
+from hacrl.run.records import run_text
 from hacrl.run.sinks import read_jsonl
 
 FIXED = ("hacpo", "naive", "imitation", "gspo2x")
@@ -112,7 +113,7 @@ def decisions(run_dir: Path, agent: str, partner: str) -> tuple[float, float, fl
 
 def answers_per_step(run_dir: Path, agents: int) -> tuple[float, float]:
     """(pooled answers per step, trust's validation answers per step) of a trust run, from its config.yaml."""
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg = yaml.safe_load(run_text(run_dir / "config.yaml") or "")
     pooled = agents * cfg["trainer"]["batch_size"] * cfg["rollout"]["rollouts_per_prompt"]
     a, steps = cfg["algorithm"], cfg["trainer"]["steps"]
     checks = len(range(0, steps, a["trust_every"]))

@@ -17,9 +17,20 @@ import pytest
 
 from hacrl.errors import DiskFull, InputError
 from hacrl.report import compact as compact_module
-from hacrl.report.compact import EVAL_KEEP_BYTES, compact, tree_bytes
-from hacrl.report.runs import pruned_run_steps, read_problem_records
-from hacrl.run.records import RECORDS_FILE, Records, parse_lines, same_lines, to_table, write_table
+from hacrl.report.compact import compact, tree_bytes
+from hacrl.report.runs import pruned_run_steps, read_problem_records, read_record
+from hacrl.run import records as records_module
+from hacrl.run.provenance import read_provenance
+from hacrl.run.records import (
+    RECORDS_FILE,
+    Records,
+    has_run,
+    parse_lines,
+    run_text,
+    same_lines,
+    to_table,
+    write_table,
+)
 from hacrl.run.sinks import read_evals, read_jsonl, read_problem_evals, read_sampled_evals
 
 pa = pytest.importorskip("pyarrow")
@@ -40,7 +51,7 @@ def _make_run(root: Path, algo: str, seed: int, steps: int = 2, finished: bool =
     d = root / "runs" / algo / f"seed-{seed}"
     (d / "samples").mkdir(parents=True)
     (d / "tensorboard").mkdir()
-    (d / "tensorboard" / "events.out").write_bytes(b"\0" * 500)
+    (d / "tensorboard" / "events.out").write_bytes(b"\0" * 5000)
     (d / "config.yaml").write_text(f"run: {{seed: {seed}}}\ntask: {{}}\nagents: []\nrollout: {{}}\nalgorithm: {{}}\n"
                                    "trainer: {mode: lockstep}\n")
     (d / "provenance.jsonl").write_text('{"commit": "abc"}\n')
@@ -81,7 +92,9 @@ def _reads(run_dir: Path) -> dict:
     return {"metrics": read_jsonl(run_dir / "metrics.jsonl"), "eval": read_jsonl(run_dir / "eval.jsonl"),
             "problems": read_problem_evals(run_dir), "evals": read_evals(run_dir),
             "sampled": read_sampled_evals(run_dir), "records": read_problem_records(run_dir),
-            "finished": pruned_run_steps(run_dir)}
+            "finished": pruned_run_steps(run_dir), "config": run_text(run_dir / "config.yaml"),
+            "provenance": read_provenance(run_dir), "run": has_run(run_dir),
+            "record": {k: v for k, v in read_record(run_dir).items() if k != "compacted"}}
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -135,9 +148,8 @@ def test_the_comparison_of_lines_tells_every_difference():
 
 def test_every_reader_gets_the_same_records_from_a_compacted_comparison(tmp_path):
     cmp = _comparison(tmp_path / "cmp")
-    big = cmp / "runs" / "gspo" / "seed-1" / "eval.jsonl"  # an eval.jsonl too large to keep beside
-    big.write_text(big.read_text() * (EVAL_KEEP_BYTES // len(big.read_text()) + 1))
     runs = sorted(cmp.glob("runs/*/seed-*"))
+    texts = {d: {n: (d / n).read_text() for n in ("config.yaml", "provenance.jsonl")} for d in runs}
     before = {d: _reads(d) for d in runs}
     size = tree_bytes(cmp)
     out: list[str] = []
@@ -145,20 +157,41 @@ def test_every_reader_gets_the_same_records_from_a_compacted_comparison(tmp_path
     assert len(result.compacted) == 4 and not result.left
     assert {d: _reads(d) for d in runs} == before and all(_same(before[d], _reads(d)) for d in runs)
     assert tree_bytes(cmp) < size and result.after_bytes == tree_bytes(cmp)
-    for d in runs:
-        assert not (d / "metrics.jsonl").exists() and not (d / "eval_problems.jsonl").exists()
-        assert not (d / "tensorboard").exists()
-        assert (d / "eval.jsonl").exists() == (d != big.parent)  # a small one stays, readable as it was
-        assert json.loads((d / "compare.json").read_text())["compacted"] == [
-            "metrics.jsonl", "eval.jsonl", "eval_problems.jsonl"]
-        assert {p.name for p in d.iterdir()} >= {"config.yaml", "compare.json", "provenance.jsonl"}
-    # the excerpt: the first and last step of each algorithm's lowest seed
-    assert sorted(p.name for p in (cmp / "runs/hacpo/seed-0/samples").iterdir()) == [
-        "step-000000.jsonl", "step-000002.jsonl"]
-    assert not (cmp / "runs/hacpo/seed-1/samples").exists()
+    # only the excerpt is left: the first and last step of each algorithm's lowest seed
+    assert sorted(p.relative_to(cmp).as_posix() for p in cmp.rglob("*") if p.is_file()) == [
+        "records.parquet", "runs/gspo/seed-0/samples/step-000000.jsonl", "runs/gspo/seed-0/samples/step-000002.jsonl",
+        "runs/hacpo/seed-0/samples/step-000000.jsonl", "runs/hacpo/seed-0/samples/step-000002.jsonl", "summary.json"]
+    assert not (cmp / "runs/hacpo/seed-1").exists()
+    back = Records(cmp / RECORDS_FILE)
+    for d in runs:  # the whole texts byte for byte; the record names every file it moved
+        assert all(run_text(d / n) == t for n, t in texts[d].items())
+        assert json.loads(back.text(d.parent.name, int(d.name[5:]), "compare.json"))["compacted"] == [
+            "metrics.jsonl", "eval.jsonl", "eval_problems.jsonl", "config.yaml", "provenance.jsonl"]
     assert "compacted 4 runs into records.parquet" in out[0]
     again = compact(cmp, log=out.append)  # nothing left to do
     assert (again.compacted, len(again.kept), again.removed) == ([], 4, [])
+
+
+def test_a_comparison_compacted_by_an_older_hacrl_is_read_and_folded(tmp_path, monkeypatch):
+    """Format 1: the line files in the records file, compare.json, config.yaml and provenance.jsonl still files."""
+    cmp = _comparison(tmp_path / "cmp")
+    runs = sorted(cmp.glob("runs/*/seed-*"))
+    before = {d: _reads(d) for d in runs}
+    lines = {(d.parent.name, int(d.name[5:])): {s: records_module.read_lines(d / f"{s}.jsonl")
+                                                for s in records_module.SOURCES} for d in runs}
+    monkeypatch.setattr(records_module, "FORMAT_VERSION", 1)
+    write_table(to_table(lines), cmp / RECORDS_FILE)
+    monkeypatch.undo()
+    for d in runs:
+        record = json.loads((d / "compare.json").read_text())
+        (d / "compare.json").write_text(json.dumps({**record, "compacted": ["metrics.jsonl", "eval.jsonl",
+                                                                            "eval_problems.jsonl"]}))
+        for name in ("metrics.jsonl", "eval_problems.jsonl", "eval.jsonl"):
+            (d / name).unlink()
+    assert {d: _reads(d) for d in runs} == before
+    result = compact(cmp, log=lambda _: None)
+    assert len(result.compacted) == 4 and not (cmp / "runs/hacpo/seed-1").exists()
+    assert all(_same(before[d], _reads(d)) for d in runs)
 
 
 def test_a_dry_run_changes_nothing(tmp_path):
@@ -196,13 +229,14 @@ def test_a_compaction_stopped_part_way_is_finished_by_the_next(tmp_path, monkeyp
     before = {d: _reads(d) for d in runs}
     real, calls = compact_module._finish_run, []
 
-    def stop_at_the_second(run_dir, sources, remove):
+    def stop_at_the_second(run_dir, record, remove):
         calls.append(run_dir)
-        if len(calls) == 2:  # its compare.json names the records file; its files are still there
-            compact_module.write_atomic(run_dir / "compare.json", json.dumps(
-                {**json.loads((run_dir / "compare.json").read_text()), "compacted": [f"{s}.jsonl" for s in sources]}))
+        if len(calls) == 2:  # its compare.json names the records file; half its files are still there
+            compact_module.write_atomic(run_dir / "compare.json", record)
+            for path in remove[: len(remove) // 2]:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
             raise KeyboardInterrupt
-        real(run_dir, sources, remove)
+        real(run_dir, record, remove)
 
     monkeypatch.setattr(compact_module, "_finish_run", stop_at_the_second)
     with pytest.raises(KeyboardInterrupt):
@@ -211,7 +245,7 @@ def test_a_compaction_stopped_part_way_is_finished_by_the_next(tmp_path, monkeyp
     monkeypatch.setattr(compact_module, "_finish_run", real)
     result = compact(cmp, log=lambda _: None)
     assert len(result.compacted) == 3 and len(result.kept) == 1
-    assert {d: _reads(d) for d in runs} == before and not list(cmp.rglob("metrics.jsonl"))
+    assert {d: _reads(d) for d in runs} == before and not list(cmp.rglob("*.yaml"))
 
 
 def test_unfinished_runs_and_runs_with_checkpoints_are_left_as_they_are(tmp_path):
@@ -238,27 +272,39 @@ def test_new_runs_beside_compacted_ones_are_read_and_join_the_file(tmp_path):
     assert result.compacted == [("hacpo", 1)] and len(result.kept) == 2
     assert _same(_reads(new), reads) and Records(cmp / RECORDS_FILE).runs() == [
         ("gspo", 0), ("hacpo", 0), ("hacpo", 1)]
-    assert (cmp / "runs/hacpo/seed-0/samples").is_dir() and not (new / "samples").exists()  # one excerpt an arm
+    assert (cmp / "runs/hacpo/seed-0/samples").is_dir() and not new.exists()  # one excerpt an arm
 
 
-def test_a_run_trained_again_reads_its_new_files_not_the_old_records(tmp_path):
-    cmp = _comparison(tmp_path / "cmp", algos=("hacpo",), seeds=(0,))
+def test_a_compacted_run_is_reused_and_never_trained_over(tmp_path):
+    import yaml
+
+    from hacrl.config import ConfigError, load_config
+    from hacrl.report.runs import plan_run
+
+    cmp = _comparison(tmp_path / "cmp", algos=("hacpo",), seeds=(0, 1))
+    run = cmp / "runs/hacpo/seed-1"
+    cfg = load_config(overrides=["run.seed=1", "trainer.steps=2"])
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     compact(cmp, log=lambda _: None)
-    run = cmp / "runs/hacpo/seed-0"
-    from hacrl.run.rundir import remove_run
+    assert not run.exists() and has_run(run)  # its directory is gone: the records file holds it
+    assert plan_run(cfg, run, label="hacpo").action == "reuse"
+    with pytest.raises(ConfigError, match="set trainer.steps=2 or use another --output .the run is compacted"):
+        plan_run(load_config(overrides=["run.seed=1", "trainer.steps=3"]), run, label="hacpo")
+    with pytest.raises(ConfigError, match="was trained with run.seed=1, now 0; .*; use another --output .the run is"):
+        plan_run(load_config(overrides=["trainer.steps=2"]), run, label="hacpo")
 
-    remove_run(run)  # as hacrl compare restarts a run: its compare.json goes, so the records file is not read
-    (run / "metrics.jsonl").write_text('{"step": 0, "x": 1}\n')
-    assert read_jsonl(run / "metrics.jsonl") == [{"step": 0, "x": 1}]
-    assert read_jsonl(run / "eval_problems.jsonl") == [] and read_evals(run) == {}
 
-
-def test_a_missing_records_file_is_one_line_naming_it(tmp_path):
+def test_a_missing_records_file_is_one_line_naming_it(tmp_path, monkeypatch):
     cmp = _comparison(tmp_path / "cmp", algos=("hacpo",), seeds=(0,))
-    compact(cmp, log=lambda _: None)
+    monkeypatch.setattr(compact_module, "_finish_run", lambda run_dir, record, remove: (
+        compact_module.write_atomic(run_dir / "compare.json", record), [p.unlink() for p in remove
+                                                                         if p.is_file()]))
+    compact(cmp, log=lambda _: None)  # stopped before compare.json went: it names the moved files
     (cmp / RECORDS_FILE).unlink()
-    with pytest.raises(InputError, match=r"metrics.jsonl is in .*records.parquet, which is missing; restore"):
+    with pytest.raises(InputError, match=r"metrics.jsonl is in .*records.parquet, which is missing or lacks it; res"):
         read_jsonl(cmp / "runs/hacpo/seed-0/metrics.jsonl")
+    with pytest.raises(InputError, match="config.yaml is in .*restore that file"):
+        run_text(cmp / "runs/hacpo/seed-0/config.yaml")
     with pytest.raises(InputError, match="restore that file"):
         compact(cmp, log=lambda _: None)
 

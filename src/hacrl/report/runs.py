@@ -22,12 +22,12 @@ import yaml
 
 from hacrl.config import Config, ConfigError, resume_conflict
 from hacrl.run.files import write_atomic
+from hacrl.run.records import RUN_RECORD, run_text
 from hacrl.run.rundir import RunLock, has_content, remove_run
 from hacrl.run.sinks import is_task_record, read_evals, read_jsonl, read_problem_evals, read_sampled_evals
 
 logger = logging.getLogger(__name__)
 
-RUN_RECORD = "compare.json"
 PROBLEM_RECORDS = "eval_problems.jsonl"  # per-problem evaluation records (runs before them have none)
 
 
@@ -46,10 +46,10 @@ class RunOutcome:
 def _config_mismatch(run_dir: Path, cfg: Config) -> str | None:
     """How the run's saved config differs from ``cfg`` in a training setting (None: it may continue under
     ``cfg``); the rule is ``hacrl.config.resume_conflict``, the one ``hacrl train --resume`` applies."""
-    saved_path = run_dir / "config.yaml"
-    if not saved_path.is_file():
+    saved = run_text(run_dir / "config.yaml")
+    if saved is None:
         return None
-    return resume_conflict(yaml.safe_load(saved_path.read_text()) or {}, cfg.model_dump(mode="json"))
+    return resume_conflict(yaml.safe_load(saved) or {}, cfg.model_dump(mode="json"))
 
 
 def checkpoint_step(path: Path) -> int:
@@ -65,10 +65,12 @@ def checkpoint_step(path: Path) -> int:
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
+    """The run's compare.json (from its comparison's records file where compaction moved it); {} without one."""
     try:
-        return json.loads((run_dir / RUN_RECORD).read_text())
+        record = json.loads(run_text(run_dir / RUN_RECORD) or "{}")
     except (OSError, json.JSONDecodeError):
         return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
@@ -133,7 +135,7 @@ def _final_accuracies(run_dir: Path, step: int) -> dict[str, float]:
 
 def _saved_config(run_dir: Path) -> dict[str, Any]:
     try:
-        return yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        return yaml.safe_load(run_text(run_dir / "config.yaml") or "") or {}
     except (OSError, yaml.YAMLError):
         return {}
 
@@ -190,15 +192,17 @@ def plan_run(cfg: Config, run_dir: Path, label: str | None = None) -> RunPlan:
     pruned = pruned_run_steps(run_dir) if latest is None else None  # finished, checkpoints removed
     if latest is None and pruned is None:
         return RunPlan(algo, seed, cfg, run_dir, "restart" if has_content(run_dir) else "train", None)
+    compacted = not (run_dir / RUN_RECORD).is_file()  # its record is in the comparison's records.parquet
+    other = ("use another --output (the run is compacted into its comparison's records.parquet)" if compacted
+             else "use another --output or delete that run directory")
     mismatch = _config_mismatch(run_dir, cfg)
     if mismatch:
-        raise ConfigError(f"{run_dir} was trained with {mismatch}; use another --output or delete that "
-                          f"run directory")
+        raise ConfigError(f"{run_dir} was trained with {mismatch}; {other}")
     if pruned is not None:
         if pruned != steps:  # nothing to resume from, and a restart would delete a finished run
             raise ConfigError(f"{run_dir} finished at step {pruned} and its checkpoints were removed "
                               f"(--keep-checkpoints none), so it cannot be trained to trainer.steps={steps}; "
-                              f"set trainer.steps={pruned}, use another --output or delete that run directory")
+                              f"set trainer.steps={pruned} or {other}")
         return RunPlan(algo, seed, cfg, run_dir, "reuse", None)
     done = checkpoint_step(latest)
     if done > steps:

@@ -40,6 +40,7 @@ from hacrl.report.stats import (
     paired_difference,
     seed_t_interval,
 )
+from hacrl.run.records import run_text
 from hacrl.run.sinks import phase_times
 from hacrl.trainer.reward_checks import outside_unit
 
@@ -349,9 +350,9 @@ def _window_of(algo: str, outcome_of: dict, seeds: list[int], cfg: Config) -> di
     section = cfg.algorithm.model_dump()
     for s in seeds:
         o = outcome_of.get((algo, s))
-        path = o.run_dir / "config.yaml" if o is not None else None
-        if path is not None and path.is_file():
-            section = {**section, **((yaml.safe_load(path.read_text()) or {}).get("algorithm") or {})}
+        saved = run_text(o.run_dir / "config.yaml") if o is not None else None
+        if saved is not None:
+            section = {**section, **((yaml.safe_load(saved) or {}).get("algorithm") or {})}
             break
     adaptive = adaptive_window(algorithm_of(algo), str(section.get("cross_window", "fixed")))
     return {"delta": section.get("delta"), "adaptive": adaptive}

@@ -144,9 +144,10 @@ def record_provenance(run_dir: Path, *, from_step: int = 0) -> dict[str, Any]:
 
 def read_provenance(run_dir: Path) -> list[dict[str, Any]]:
     """The run's records, oldest first; ``[]`` without the file. A line cut short by a kill is skipped."""
-    path = Path(run_dir) / PROVENANCE_FILE
+    from hacrl.run.records import run_text  # the file, or its copy in a compacted comparison's records
+
     try:
-        text = path.read_text()
+        text = run_text(Path(run_dir) / PROVENANCE_FILE) or ""
     except OSError:
         return []
     out = []

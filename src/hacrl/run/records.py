@@ -1,20 +1,23 @@
 """A comparison's run records in one compressed columnar file, ``<comparison>/records.parquet``, read back line
-for line as the JSONL files they came from.
+for line (and file for file) as the files they came from.
 
-``hacrl compare --compact DIR`` (:mod:`hacrl.report.compact`) moves every finished run's ``metrics.jsonl``,
-``eval.jsonl`` and ``eval_problems.jsonl`` here; :func:`hacrl.run.sinks.read_jsonl` falls back to
-:func:`compacted_lines` for a file that is gone, so every reader sees the same records in either layout.
+``hacrl compare --compact DIR`` (:mod:`hacrl.report.compact`) moves every finished run's files here: the lines of
+``metrics.jsonl``, ``eval.jsonl`` and ``eval_problems.jsonl``, and the whole texts of ``config.yaml``,
+``provenance.jsonl`` and ``compare.json``; the run's directory keeps at most a samples excerpt. Readers go through
+:func:`run_text` and :func:`hacrl.run.sinks.read_jsonl`, which read a run's file where it exists and the records
+file where the run's ``compare.json`` (the file, or where that is gone, its copy here) says it went, so every
+reader sees the same records in either layout.
 
-The file is Parquet (zstd), one row per line of those files:
+The file is Parquet (zstd), one row per line of the line files and one row per whole-text file:
 
 | column | type | holds |
 |---|---|---|
 | ``algo`` | string | the run's directory under ``runs/`` (``hacpo``, ``hacpo@delta=0.6``) |
 | ``seed`` | int64 | its ``seed-<s>`` |
-| ``source`` | string | the file: ``metrics``, ``eval`` or ``eval_problems`` |
-| ``line`` | int64 | the line's index in that file (0-based) |
+| ``source`` | string | the file: ``metrics``, ``eval`` or ``eval_problems`` (lines), or a whole text's file name |
+| ``line`` | int64 | the line's index in that file (0-based; 0 for a whole text) |
 | ``keys`` | string | the JSON list of the line's keys in their order (null for a line that is no JSON object) |
-| ``raw`` | string | the text of a line that is no JSON object (a line cut short by a kill), else null |
+| ``raw`` | string | the text of a line that is no JSON object (a line cut short by a kill), or a whole text |
 | ``<source>:<key>`` | per key | the value of ``key`` in the lines of ``source``, one column per key |
 
 A value column's type is the one every value of that key has: int64, float64, bool, string, or a list (of
@@ -22,8 +25,8 @@ lists) of one of these (``eval_problems:ids``, ``eval_problems:reward``, ``eval_
 values mix types is a string column of JSON texts, marked ``encoding: json`` in its field metadata. A key
 absent from a line is not in its ``keys``; a JSON null is a null that is. So each line reads back as the same
 object: its keys in order, 1 and 1.0 and True kept apart, NaN kept (only the bytes of the line are not kept:
-spacing and line endings). pyarrow (``hacrl[report]``) is imported only here, when such a file is read or
-written.
+spacing and line endings); a whole text reads back byte for byte. pyarrow (``hacrl[report]``) is imported only
+here, when such a file is read or written. Format 1 (before whole texts) is read as well.
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ from typing import Any
 from hacrl.errors import InputError
 
 RECORDS_FILE = "records.parquet"
-SOURCES = ("metrics", "eval", "eval_problems")  # each is <source>.jsonl in a run directory
-COMPACTED = "compacted"  # compare.json's key: the files of the run whose lines moved into RECORDS_FILE
+SOURCES = ("metrics", "eval", "eval_problems")  # each is <source>.jsonl in a run directory, kept line by line
+RUN_RECORD = "compare.json"
+TEXTS = ("config.yaml", "provenance.jsonl", RUN_RECORD)  # kept whole, under their file names
+COMPACTED = "compacted"  # compare.json's key: the files of the run that moved into RECORDS_FILE
 META_KEY = b"hacrl.records"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE = (1, 2)  # 1: the line files only
 BASE_COLUMNS = ("algo", "seed", "source", "line", "keys", "raw")
 INSTALL = "pip install 'hacrl[report]'"
 
@@ -151,7 +157,7 @@ def _arrow_type(pa: Any, kind: Any) -> Any:
 
 def _rows(runs: dict[RunKey, dict[str, list[Line]]]) -> list[tuple[str, int, str, int, Line]]:
     """(algo, seed, source, line index, line) of every line, by run, source and line."""
-    return [(algo, seed, source, i, line) for algo, seed in sorted(runs) for source in SOURCES
+    return [(algo, seed, source, i, line) for algo, seed in sorted(runs) for source in (*SOURCES, *TEXTS)
             for i, line in enumerate(runs[algo, seed].get(source, []))]
 
 
@@ -165,7 +171,8 @@ def _value_column(pa: Any, name: str, values: list[Any]) -> tuple[Any, Any]:
 
 
 def to_table(runs: dict[RunKey, dict[str, list[Line]]]) -> Any:
-    """The Arrow table of ``runs``: (algo, seed) → source → its lines (see the module docstring)."""
+    """The Arrow table of ``runs``: (algo, seed) → source → its lines, where a whole text's source (a name in
+    ``TEXTS``) holds one line, the text (see the module docstring)."""
     pa, _ = _pyarrow()
     rows = _rows(runs)
     objects = [line if isinstance(line, dict) else None for *_, line in rows]
@@ -209,9 +216,9 @@ class Records:
             raise InputError(f"{path}: not a readable records file ({exc}); restore it from version control "
                              f"or a backup") from None
         meta = json.loads((self.table.schema.metadata or {}).get(META_KEY, b"{}"))
-        if meta.get("version") != FORMAT_VERSION:
+        if meta.get("version") not in READABLE:
             raise InputError(f"{path}: records format {meta.get('version')!r}, this hacrl reads "
-                             f"{FORMAT_VERSION}; use the hacrl version that wrote it")
+                             f"{' and '.join(map(str, READABLE))}; use the hacrl version that wrote it")
         cols = [self.table.column(n).to_pylist() for n in ("algo", "seed", "source", "line")]
         self.index: dict[tuple[str, int, str], list[tuple[int, int]]] = {}
         for row, (algo, seed, source, line) in enumerate(zip(*cols, strict=True)):
@@ -242,8 +249,14 @@ class Records:
         return out
 
     def run(self, algo: str, seed: int) -> dict[str, list[Line]]:
-        """Every source's lines of one run (the sources it holds none of are left out)."""
-        return {s: self.lines(algo, seed, s) for s in SOURCES if (algo, seed, s) in self.index}
+        """Every source's lines of one run, a whole text's as one line (the sources it holds none of are left
+        out)."""
+        return {s: self.lines(algo, seed, s) for s in (*SOURCES, *TEXTS) if (algo, seed, s) in self.index}
+
+    def text(self, algo: str, seed: int, name: str) -> str | None:
+        """The whole text of the run's file ``name`` (one of ``TEXTS``); None when the file holds none."""
+        lines = self.lines(algo, seed, name)
+        return lines[0] if lines and isinstance(lines[0], str) else None
 
     @staticmethod
     def _decoded(table: Any, name: str) -> list[Any]:
@@ -276,14 +289,59 @@ def run_key(run_dir: Path) -> RunKey | None:
     return algo_dir.name, int(name[5:])
 
 
+def records_path(run_dir: Path) -> Path:
+    """The records file of the comparison a ``runs/<algo>/seed-<s>`` directory belongs to."""
+    return run_dir.parent.parent.parent / RECORDS_FILE
+
+
+def _stored_text(run_dir: Path, name: str) -> str | None:
+    """The whole text of the run's file ``name`` in its comparison's records file; None without one (pyarrow is
+    imported only where there is a records file)."""
+    key, path = run_key(run_dir), records_path(run_dir)
+    if key is None or not path.is_file():
+        return None
+    return load(path).text(*key, name)
+
+
 def compacted_files(run_dir: Path) -> list[str]:
-    """The files of a run whose lines its comparison's records file holds (compare.json's ``compacted``)."""
+    """The files of a run that its comparison's records file holds (compare.json's ``compacted``)."""
+    text = run_text(run_dir / RUN_RECORD)
     try:
-        record = json.loads((run_dir / "compare.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        record = json.loads(text) if text is not None else None
+    except json.JSONDecodeError:
         return []
     files = record.get(COMPACTED) if isinstance(record, dict) else None
     return [str(f) for f in files] if isinstance(files, list) else []
+
+
+def _missing(run_dir: Path, name: str) -> InputError:
+    return InputError(f"{run_dir}: its compare.json says its {name} is in {records_path(run_dir)}, which is "
+                      f"missing or lacks it; restore that file (from version control or a backup)")
+
+
+def run_text(path: Path) -> str | None:
+    """The text of a run's file (``config.yaml``, ``provenance.jsonl``, ``compare.json``): the file where it
+    exists; else its copy in the comparison's records file, where the run's compare.json names it among the
+    moved files (compare.json itself: where the records file holds one); None when there is neither."""
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    run_dir, name = path.parent, path.name
+    if name not in TEXTS:
+        return None
+    if name == RUN_RECORD:
+        return _stored_text(run_dir, name)
+    if name not in compacted_files(run_dir):
+        return None
+    text = _stored_text(run_dir, name)
+    if text is None:
+        raise _missing(run_dir, name)
+    return text
+
+
+def has_run(run_dir: Path) -> bool:
+    """Whether a run is there: its directory, or (compacted, its directory gone) its record in the comparison's
+    records file."""
+    return run_dir.is_dir() or _stored_text(run_dir, RUN_RECORD) is not None
 
 
 def compacted_lines(path: Path) -> list[Line] | None:
@@ -294,8 +352,6 @@ def compacted_lines(path: Path) -> list[Line] | None:
     key = run_key(run_dir)
     if source not in SOURCES or key is None or path.name not in compacted_files(run_dir):
         return None
-    records_path = run_dir.parent.parent.parent / RECORDS_FILE
-    if not records_path.is_file():
-        raise InputError(f"{run_dir}: its compare.json says its {path.name} is in {records_path}, which is "
-                         f"missing; restore that file (from version control or a backup)")
-    return load(records_path).lines(*key, source)
+    if not records_path(run_dir).is_file():
+        raise _missing(run_dir, path.name)
+    return load(records_path(run_dir)).lines(*key, source)
