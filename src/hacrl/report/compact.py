@@ -275,8 +275,8 @@ def describe(result: Compaction, dry_run: bool = False) -> str:
     lines = [head]
     if result.removed:
         lines.append(f"  {'would remove' if dry_run else 'removed'} {len(result.removed)} files and folders "
-                     f"({mb(result.removed_bytes)}): each run's files and folders, tensorboard/ and samples/ "
-                     f"but one seed's first and last step")
+                     f"({mb(result.removed_bytes)}): the runs' files (now in {RECORDS_FILE}), tensorboard/, and "
+                     f"samples/ but the first and last step of each algorithm's lowest seed")
     lines += [f"  left as it is: {a}/seed-{s}: {why}" for (a, s), why in result.left.items()]
     if not dry_run:
         lines.append(f"  {mb(result.before_bytes)} before, {mb(result.after_bytes)} now")
