@@ -95,6 +95,47 @@ def test_trust_state_round_trips_through_its_state_dict():
         TrustState(0, 2).load_state_dict({"tau": [1.0, 1.0, 1.0], "reference": None})
 
 
+def test_the_cut_on_hand_made_ratios():
+    # learner 1 of three; cut 0.5 after 3 updates. Partner 0's answers: step means 0.2, 0.6, 0.4 → r̄ 0.4 (cut);
+    # partner 2's: 0.9, (no answers in update 2), 0.05 → r̄ (0.9 + 0.05) / 2 = 0.475 (cut); at 0.45 it would stay
+    for cut, expect in ((0.5, [0, 2]), (0.45, [0])):
+        state = TrustState(1, 3, TrustRule(z=0.0, min_drop=0.0, regain=0.25, cut=cut, cut_steps=3))
+        assert state.observe_ratios({0: [0.1, 0.3], 2: [0.9]}) == []
+        assert state.observe_ratios({0: [0.6], 1: [0.01], 2: []}) == []  # the learner's own ratios never count
+        assert state.rbar(0) == pytest.approx(0.4) and state.rbar(2) == pytest.approx(0.9)
+        assert state.observe_ratios({0: [0.4], 2: [0.05]}) == expect
+        assert state.rbar(0) == pytest.approx(0.4) and state.rbar(2) == pytest.approx(0.475)
+        assert state.tau == [0.0 if j in expect else 1.0 for j in range(3)]
+        assert state.floors() == [1.0 if j in expect else (0.0 if j == 1 else 0.1) for j in range(3)]
+        # later updates count no more, and checks without harm raise only the partners not cut
+        assert state.observe_ratios({0: [5.0], 2: [5.0]}) == [] and state.rbar(0) == pytest.approx(0.4)
+        state.observe([True, False])
+        state.observe([True, True])
+        assert state.tau == [0.0 if j in expect else 1.0 for j in range(3)]
+
+
+def test_the_cut_is_off_by_default_and_a_partner_without_answers_is_not_cut():
+    state = TrustState(0, 2, TrustRule(cut_steps=1))  # cut 0: nothing is counted
+    assert state.observe_ratios({1: [0.0]}) == [] and state.rbar(1) is None and state.tau == [1.0, 1.0]
+    state = TrustState(0, 2, TrustRule(cut=0.5, cut_steps=1))
+    assert state.observe_ratios({}) == [] and state.tau == [1.0, 1.0] and state.cut_off == [False, False]
+    with pytest.raises(ValueError, match="cut >= 0 and cut_steps >= 1"):
+        TrustRule(cut=0.5, cut_steps=0)
+
+
+def test_the_cut_state_round_trips_and_an_older_state_loads_uncut():
+    rule = TrustRule(cut=0.5, cut_steps=2)
+    state = TrustState(0, 2, rule)
+    state.observe_ratios({1: [0.3]})
+    other = TrustState(0, 2, rule)
+    other.load_state_dict(state.state_dict())
+    assert (other.updates, other.ratio_sum, other.ratio_updates) == (1, [0.0, 0.3], [0, 1])
+    assert other.observe_ratios({1: [0.6]}) == [1] and other.tau == [1.0, 0.0]  # r̄ 0.45 < 0.5
+    old = TrustState(0, 2, rule)
+    old.load_state_dict({"tau": [1.0, 0.5], "reference": [True]})  # saved before the cut existed
+    assert (old.tau, old.updates, old.cut_off) == ([1.0, 0.5], 0, [False, False])
+
+
 def test_ratio_floor_spans_the_floor_to_one():
     assert ratio_floor(1.0, 0.1) == pytest.approx(0.1)
     assert ratio_floor(0.0, 0.1) == 1.0

@@ -192,3 +192,48 @@ def test_the_usable_baseline_needs_the_trust_method(tmp_path):
     cfg = load_config("tiny-test", overrides=["algorithm.name=naive", "algorithm.trust_baseline=usable"])
     with pytest.raises(ConfigError, match="algorithm.trust_baseline=usable: naive holds no trust"):
         Trainer(cfg, tmp_path)
+
+
+def test_the_cut_distrusts_its_partner_for_good_after_its_updates(tmp_path):
+    # trust_cut 100: every partner's r̄ (a mean ratio, near 1 here) is below it, so after update 2 each learner
+    # trains alone: τ 0 and floor 1 from update 3 on, which the check before step 3 does not raise
+    trainer = make_trainer(tmp_path, "trainer.steps=4", "algorithm.trust_cut=100", "algorithm.trust_cut_steps=2")
+    try:
+        lines = [trainer.step() for _ in range(4)]
+    finally:
+        trainer.close()
+    for learner, partner in (("qwen-char", "llama-bpe"), ("llama-bpe", "qwen-char")):
+        rbar = [m.get(f"agent/{learner}/trust_rbar/{partner}") for m in lines]
+        assert rbar[2:] == [None, None] and all(0 < r < 100 for r in rbar[:2])
+        # one minibatch a step on tiny-test: r̄ after update 1 is that update's mean cross ratio
+        assert rbar[0] == pytest.approx(lines[0][f"agent/{learner}/cross/ratio_mean"], rel=1e-6)
+        assert rbar[1] == pytest.approx((lines[0][f"agent/{learner}/cross/ratio_mean"]
+                                         + lines[1][f"agent/{learner}/cross/ratio_mean"]) / 2, rel=1e-6)
+        assert [m[f"agent/{learner}/trust_cut/{partner}"] for m in lines] == [0.0, 1.0, 1.0, 1.0]
+        assert [m[f"agent/{learner}/trust/{partner}"] for m in lines] == [1.0, 1.0, 0.0, 0.0]
+        assert [m[f"agent/{learner}/trust_floor/{partner}"] for m in lines[2:]] == [1.0, 1.0]
+        assert f"agent/{learner}/val/harm" in lines[2]  # the check ran, and left the cut partner at 0
+
+
+def test_a_cut_below_every_ratio_cuts_nothing(tmp_path):
+    trainer = make_trainer(tmp_path, "trainer.steps=3", "algorithm.trust_cut=1e-12", "algorithm.trust_cut_steps=1")
+    try:
+        lines = [trainer.step() for _ in range(3)]
+    finally:
+        trainer.close()
+    for learner, partner in (("qwen-char", "llama-bpe"), ("llama-bpe", "qwen-char")):
+        assert [m[f"agent/{learner}/trust_cut/{partner}"] for m in lines] == [0.0, 0.0, 0.0]
+        assert lines[1][f"agent/{learner}/trust/{partner}"] == 1.0
+
+
+def test_the_cut_resumes_exactly_across_its_updates(tmp_path):
+    # checkpointed after update 1 of the 3 r̄ counts: the resumed run must count on from the saved sum
+    straight, _, second = straight_and_cut(tmp_path, 1, "algorithm.trust_cut=100", "algorithm.trust_cut_steps=3")
+    second.train()
+    assert metric_lines(straight.run_dir) == metric_lines(second.run_dir)
+
+
+def test_the_cut_needs_the_trust_method(tmp_path):
+    cfg = load_config("tiny-test", overrides=["algorithm.name=naive", "algorithm.trust_cut=0.5"])
+    with pytest.raises(ConfigError, match="algorithm.trust_cut=0.5: naive holds no trust to cut"):
+        Trainer(cfg, tmp_path)

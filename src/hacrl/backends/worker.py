@@ -215,6 +215,7 @@ class AgentWorker:
                         before_update=self._sleep_engine_for_training)
         if self.trust is not None and trust is not None:
             trust_metrics.update(self.trust.kept(*trust, ratios or {}))
+            trust_metrics.update(self.trust.observe_ratios(ratios or {}))  # the cut (algorithm.trust_cut), if on
         metrics.update(trust_metrics)
         check_update(agent.model, metrics, self.spec, self.step_idx + 1)
         agent.step_lr()

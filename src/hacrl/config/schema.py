@@ -244,6 +244,11 @@ class AlgorithmConfig(_Section):
     trust_min_drop: float = Field(0.02, ge=0, lt=1, description="trust: the smallest net share of the slice lost "
                                   "that counts as harm")
     trust_regain: float = Field(0.25, ge=0, le=1, description="trust: τ added after each check without harm")
+    trust_cut: float = Field(0.0, ge=0, description="trust: a partner whose answers' mean ratio s over the learner's "
+                             "first trust_cut_steps updates (r̄) is below this is distrusted for good (τ 0: the "
+                             "learner trains alone); 0 turns the cut off (hacrl.core.trust)")
+    trust_cut_steps: int = Field(10, ge=1, description="trust_cut: the updates r̄ is averaged over (a run of no more "
+                                 "steps than this makes no cut)")
     trust_budget: bool = Field(False, description="trust: move the rollout budget each step toward the learner "
                                "that can use least of its partners' answers (τ × the share its floor kept), the "
                                "N·G answers a prompt of the pooled methods in all (hacrl.core.trust.rollout_budget)")

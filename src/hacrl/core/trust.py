@@ -29,6 +29,14 @@ copy a partner's unchecked working and collapse a weak learner from about step 1
 while in every other regime sharing leaves the learner at or above training alone. A paired test on fixed problems
 sees a collapse with few problems and rarely flags ordinary noise; the ratio floor keeps out, from the first step,
 the answers that are farthest from what the learner would write, which is where copied garbage starts.
+
+**The cut** (``cut`` > 0, ``algorithm.trust_cut``; off by default): over the learner's first ``cut_steps`` updates
+the state averages, per partner, the mean ratio s of that partner's answers in each update (r̄_j: how likely the
+learner finds the partner's answers against their author). A partner with r̄_j < ``cut`` is distrusted for good
+after that update: τ_j = 0 for the rest of the run, which no later check raises, so the learner trains alone on
+its own answers. Why: the trust study's stage 6 (docs/results-trust.md) found r̄ over the first 10 steps below 0.5
+where no way of sharing beat training alone with twice the answers, and it foretold 8 of 10 agents it had not been
+fitted to; the harm test cannot see that case, where the learner does not fall but stops gaining.
 """
 
 from __future__ import annotations
@@ -47,16 +55,23 @@ class TrustRule:
         z: the one-sided normal quantile of the harm test (2: about 2.3% false alarms per check without change).
         min_drop: the smallest net share of the slice lost that counts as harm.
         regain: τ added after each check without harm.
+        cut: a partner whose mean ratio over the first ``cut_steps`` updates is below it is distrusted for good
+            (0: never).
+        cut_steps: the updates r̄ is averaged over.
     """
 
     floor: float = 0.1
     z: float = 2.0
     min_drop: float = 0.02
     regain: float = 0.25
+    cut: float = 0.0
+    cut_steps: int = 10
 
     def __post_init__(self) -> None:
         if not 0.0 < self.floor < 1.0:
             raise ValueError(f"trust floor must lie in (0, 1), got {self.floor}")
+        if self.cut < 0 or self.cut_steps < 1:
+            raise ValueError(f"need cut >= 0 and cut_steps >= 1; got {self.cut}, {self.cut_steps}")
         if self.z < 0 or self.min_drop < 0 or not 0.0 <= self.regain <= 1.0:
             raise ValueError(f"need z >= 0, min_drop >= 0, 0 <= regain <= 1; got {self.z}, {self.min_drop}, "
                              f"{self.regain}")
@@ -107,18 +122,57 @@ def paired_check(now: Sequence[bool], ref: Sequence[bool], rule: TrustRule) -> C
 
 @dataclass
 class TrustState:
-    """One learner's trust in each of ``num_agents`` agents (its own entry unused, kept at 1) and its reference
-    check. ``observe`` moves it; ``state_dict`` / ``load_state_dict`` keep it in checkpoints."""
+    """One learner's trust in each of ``num_agents`` agents (its own entry unused, kept at 1), its reference
+    check, and (with ``rule.cut``) the partners' ratio means so far and which partners are cut. ``observe`` and
+    ``observe_ratios`` move it; ``state_dict`` / ``load_state_dict`` keep it in checkpoints."""
 
     learner: int
     num_agents: int
     rule: TrustRule = field(default_factory=TrustRule)
     tau: list[float] = field(default_factory=list)
     reference: tuple[bool, ...] | None = None
+    updates: int = 0  # updates seen by observe_ratios (counted up to rule.cut_steps)
+    ratio_sum: list[float] = field(default_factory=list)  # per source: Σ over updates of its answers' mean s
+    ratio_updates: list[int] = field(default_factory=list)  # per source: the updates that had its answers
+    cut_off: list[bool] = field(default_factory=list)  # per source: distrusted for good
 
     def __post_init__(self) -> None:
         if not self.tau:
             self.tau = [1.0] * self.num_agents
+        self.ratio_sum = self.ratio_sum or [0.0] * self.num_agents
+        self.ratio_updates = self.ratio_updates or [0] * self.num_agents
+        self.cut_off = self.cut_off or [False] * self.num_agents
+
+    def rbar(self, j: int) -> float | None:
+        """r̄_j so far: the mean over updates of source j's answers' mean ratio (None before any of its answers)."""
+        return self.ratio_sum[j] / self.ratio_updates[j] if self.ratio_updates[j] else None
+
+    def observe_ratios(self, ratios: dict[int, list[float]]) -> list[int]:
+        """One update's ratios (source → each answer's s, as its minibatch saw it), counted while ``rule.cut`` is
+        on and the first ``rule.cut_steps`` updates last; after the last of them, every partner whose r̄ is below
+        ``rule.cut`` is cut (τ 0 from the next update on, for good). Returns the partners cut now.
+
+        >>> state = TrustState(0, 3, TrustRule(cut=0.5, cut_steps=2))
+        >>> state.observe_ratios({1: [0.2, 0.4], 2: [0.9]})
+        []
+        >>> state.observe_ratios({1: [0.5], 2: [0.1]}), state.tau, state.rbar(1), state.rbar(2)
+        ([1], [1.0, 0.0, 1.0], 0.4, 0.5)
+        """
+        if self.rule.cut <= 0 or self.updates >= self.rule.cut_steps:
+            return []
+        for j, values in ratios.items():
+            if j != self.learner and values:
+                self.ratio_sum[j] += sum(values) / len(values)
+                self.ratio_updates[j] += 1
+        self.updates += 1
+        if self.updates < self.rule.cut_steps:
+            return []
+        cut = [j for j in range(self.num_agents) if j != self.learner
+               and (r := self.rbar(j)) is not None and r < self.rule.cut]
+        for j in cut:
+            self.cut_off[j] = True
+            self.tau[j] = 0.0
+        return cut
 
     def floors(self) -> list[float]:
         """ℓ_j per source agent (0, nothing cut, at the learner's own entry)."""
@@ -132,7 +186,7 @@ class TrustState:
             self.reference = now
             return None
         check = paired_check(now, self.reference, self.rule)
-        partners = [j for j in range(self.num_agents) if j != self.learner]
+        partners = [j for j in range(self.num_agents) if j != self.learner and not self.cut_off[j]]
         for j in partners:
             self.tau[j] = 0.0 if check.harm else min(1.0, self.tau[j] + self.rule.regain)
         if check.harm or sum(now) >= sum(self.reference):
@@ -140,13 +194,21 @@ class TrustState:
         return check
 
     def state_dict(self) -> dict:
-        return {"tau": list(self.tau), "reference": None if self.reference is None else list(self.reference)}
+        return {"tau": list(self.tau), "reference": None if self.reference is None else list(self.reference),
+                "updates": self.updates, "ratio_sum": list(self.ratio_sum), "ratio_updates": list(self.ratio_updates),
+                "cut_off": list(self.cut_off)}
 
     def load_state_dict(self, state: dict) -> None:
+        """A state from ``state_dict`` (one saved before the cut existed: no update counted, none cut)."""
         tau = [float(t) for t in state["tau"]]
-        if len(tau) != self.num_agents:
-            raise ValueError(f"trust state is for {len(tau)} agents, this run has {self.num_agents}")
-        self.tau = tau
+        n = self.num_agents
+        sums = [float(x) for x in state.get("ratio_sum", [0.0] * n)]
+        counts = [int(x) for x in state.get("ratio_updates", [0] * n)]
+        cut = [bool(x) for x in state.get("cut_off", [False] * n)]
+        if any(len(x) != n for x in (tau, sums, counts, cut)):
+            raise ValueError(f"trust state is for {len(tau)} agents, this run has {n}")
+        self.tau, self.ratio_sum, self.ratio_updates, self.cut_off = tau, sums, counts, cut
+        self.updates = int(state.get("updates", 0))
         ref = state.get("reference")
         self.reference = None if ref is None else tuple(bool(c) for c in ref)
 

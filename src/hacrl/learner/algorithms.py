@@ -278,8 +278,8 @@ def resolve(a: AlgorithmConfig) -> Algorithm:
 
 def check_run(cfg: Config, algo: Algorithm) -> None:
     """Raise ValueError (one line naming the key) where the run's other settings do not fit its resolved
-    ``algo``: trust's checks need the lock-step mode, and ``algorithm.trust_budget``, ``trust_mean`` and
-    ``trust_baseline`` need a trust to read. The trainer and ``hacrl train --check`` (through ``derive_for``) both
+    ``algo``: trust's checks need the lock-step mode, ``algorithm.trust_budget``, ``trust_mean``,
+    ``trust_baseline`` and ``trust_cut`` need a trust to read. The trainer and ``hacrl train --check`` (through ``derive_for``) both
     call it, before any model loads."""
     if uses_trust(algo) and cfg.trainer.mode == "async":
         raise ValueError("trainer.mode=async: trust reads lock-step validation checks; set trainer.mode=lockstep")
@@ -292,6 +292,9 @@ def check_run(cfg: Config, algo: Algorithm) -> None:
     if cfg.algorithm.trust_baseline != "tau" and not uses_trust(algo):
         raise ValueError(f"algorithm.trust_baseline={cfg.algorithm.trust_baseline}: {cfg.algorithm.name} holds no "
                          f"trust; set algorithm.name=trust or drop trust_baseline")
+    if cfg.algorithm.trust_cut > 0 and not uses_trust(algo):
+        raise ValueError(f"algorithm.trust_cut={cfg.algorithm.trust_cut}: {cfg.algorithm.name} holds no trust to cut; "
+                         f"set algorithm.name=trust or drop trust_cut")
 
 
 def derive_for(cfg: Config) -> Derived:

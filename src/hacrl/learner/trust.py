@@ -11,7 +11,8 @@ the update, which then weighs each partner's answers by τ and cuts them below t
 rollout budget reads, ``algorithm.trust_budget``), ``trust_baseline/<partner id>`` (its weight in the joint group's
 baseline: τ, or with ``algorithm.trust_baseline: usable`` τ × the share the previous update kept), and on
 a check ``val/acc``, ``val/wins``, ``val/losses`` (against the reference check) and ``val/harm`` (1 when the rule
-cut the trust). The state lives in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the
+cut the trust); with ``algorithm.trust_cut``, ``trust_rbar/<partner id>`` (r̄ so far, over the first
+``trust_cut_steps`` updates) and ``trust_cut/<partner id>`` (1 once that partner is cut for good). The state lives in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the
 same trust and reference.
 """
 
@@ -47,7 +48,8 @@ class LearnerTrust:
         if not uses_trust(algo):
             return None
         a = cfg.algorithm
-        rule = TrustRule(floor=a.trust_floor, z=a.trust_z, min_drop=a.trust_min_drop, regain=a.trust_regain)
+        rule = TrustRule(floor=a.trust_floor, z=a.trust_z, min_drop=a.trust_min_drop, regain=a.trust_regain,
+                         cut=a.trust_cut, cut_steps=a.trust_cut_steps)
         return cls(learner, [s.id for s in cfg.agents], rule, a.trust_baseline)
 
     def observe(self, correct: Sequence[bool] | None) -> dict[str, float]:
@@ -102,6 +104,24 @@ class LearnerTrust:
                 self.last_kept[j] = share
                 out[f"trust_kept/{self.ids[j]}"] = share
                 out[f"trust_usable/{self.ids[j]}"] = float(tau[j]) * share
+        return out
+
+    def observe_ratios(self, ratios: dict[int, list[float]]) -> dict[str, float]:
+        """After an update, its ratios (source → each answer's s) for the cut (``algorithm.trust_cut``):
+        ``trust_rbar/<id>`` while r̄ is counted, ``trust_cut/<id>`` every update; nothing with the cut off."""
+        state = self.state
+        if state.rule.cut <= 0:
+            return {}
+        counting = state.updates < state.rule.cut_steps
+        state.observe_ratios(ratios)
+        out = {}
+        for j, source_id in enumerate(self.ids):
+            if j == state.learner:
+                continue
+            rbar = state.rbar(j)
+            if counting and rbar is not None:
+                out[f"trust_rbar/{source_id}"] = rbar
+            out[f"trust_cut/{source_id}"] = float(state.cut_off[j])
         return out
 
     def save(self, agent_dir: Path) -> None:
