@@ -294,6 +294,25 @@ def signal_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + f"\n\n{hits} of {len(rows)} agents as predicted (r̄ < {FOREIGN}: 2G not beaten)"
 
 
+def same_start(cell: Path, method: str, other: str, steps: int = SIGNAL_STEPS) -> tuple[int, int, list[str]]:
+    """Stage 9's pairing check: of the seeds both ``method`` and ``other`` ran in ``cell``, how many logged the same
+    rewards for every agent over their first ``steps`` steps (an arm that departs from ``other`` only later, on
+    the same agents, must); returns (same, seeds compared, the runs that differ)."""
+    summary = read_summary(cell)
+    agents = list(summary["agents"])
+
+    def rewards(run_dir: Path) -> list[list[Any]]:
+        lines = [x for x in read_jsonl(run_dir / "metrics.jsonl") if 1 <= int(x["step"]) <= steps]
+        return [[x.get(f"agent/{a}/reward") for a in agents] for x in lines]
+
+    mine = {d.name: d for d in _run_dirs(cell, summary, method)}
+    theirs = {d.name: d for d in _run_dirs(cell, summary, other)}
+    seeds = sorted(set(mine) & set(theirs))
+    differ = [f"{cell.name}/{seed}" for seed in seeds
+              if (r := rewards(mine[seed])) != rewards(theirs[seed]) or len(r) != steps]
+    return len(seeds) - len(differ), len(seeds), differ
+
+
 def plot(rows: list[dict[str, Any]], out: Path) -> None:
     """Regret (best fixed − trust) per cell and agent, with the bootstrap interval; the ±0.01 band shaded."""
     import matplotlib
@@ -331,7 +350,16 @@ def main(argv: list[str] | None = None) -> None:
                         f"{-MARGIN})")
     parser.add_argument("--signals", action="store_true", help="stage 6: the foreignness r̄ of the partner's answers "
                         "early in each agent's runs of --method, and the prediction it makes, instead of the rules")
+    parser.add_argument("--same-start", metavar="ARM", help="stage 9's pairing check instead of the rules: whether "
+                        f"each run of --method logged the same rewards as ARM's run of its seed over the first "
+                        f"{SIGNAL_STEPS} steps")
     args = parser.parse_args(argv)
+    if args.same_start:
+        for cell in args.cells:
+            same, n, differ = same_start(cell, args.method, args.same_start)
+            print(f"{cell.name}: {same} of {n} seeds of {args.method} start as {args.same_start}'s (first "
+                  f"{SIGNAL_STEPS} steps' rewards){'; differ: ' + ', '.join(differ) if differ else ''}")
+        return
     if args.signals:
         print(signal_table([row for cell in args.cells for row in signal_rows(cell, args.method)]))
         return

@@ -126,3 +126,21 @@ def test_the_foreignness_signal_and_its_prediction(study, tmp_path):
     assert (rows["b"]["predicted"], rows["b"]["observed"], rows["b"]["hit"]) == ("2G not beaten",) * 2 + (True,)
     assert study.signal_table(list(rows.values())).endswith("2 of 2 agents as predicted (r̄ < 0.5: 2G not beaten)")
     assert study.predicts(0.4, -0.03) == ("2G not beaten", "sharing wins", False)
+
+
+def test_the_same_start_check_compares_the_first_steps_rewards(study, tmp_path):
+    cell = make_cell(tmp_path)
+    summary = json.loads((cell / "summary.json").read_text())
+    for arm, seed, late in (("hacpo", 0, 0.9), ("hacpo", 1, 0.5), ("trust", 0, 0.1), ("trust", 1, 0.5)):
+        # rewards of steps 1-10 as the seed gives them; step 11 differs between the arms (after the cut)
+        run = cell / "runs" / arm / f"seed-{seed}"
+        run.mkdir(parents=True, exist_ok=True)
+        lines = [{"step": i, "agent/a/reward": 0.1 * i + seed, "agent/b/reward": 0.5} for i in range(1, 11)]
+        lines.append({"step": 11, "agent/a/reward": late, "agent/b/reward": 0.5})
+        if (arm, seed) == ("hacpo", 1):
+            lines[3]["agent/b/reward"] = 0.25  # seed 1 departs at step 4: not the same agents or not the same start
+        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (cell / "summary.json").write_text(json.dumps(summary))
+    assert study.same_start(cell, "trust", "hacpo") == (1, 2, ["cell/seed-1"])
+    assert study.same_start(cell, "trust", "hacpo", steps=3) == (2, 2, [])
+    assert study.same_start(cell, "trust", "hacpo", steps=11) == (0, 2, ["cell/seed-0", "cell/seed-1"])
