@@ -1,6 +1,7 @@
 """Fixtures shared by every test directory."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -55,3 +56,14 @@ def load_script():
         return module
 
     return load
+
+
+@pytest.fixture(scope="session")
+def metric_lines():
+    """``metric_lines(run_dir, drop=("timing/",))``: a run's metrics.jsonl, one dict a line, without the keys that
+    start with ``drop`` (the timings by default: what an exact resume must reproduce, since wall time differs)."""
+    def read(run_dir: Path, drop: tuple[str, ...] = ("timing/",)) -> list[dict]:
+        lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in rec.items() if not k.startswith(drop)} for rec in lines]
+
+    return read

@@ -31,38 +31,34 @@ def make_trainer(tmp_path, *overrides, name="run", resume_from=None):
     return Trainer(cfg, run_dir, resume_from=resume_from)
 
 
-def metric_lines(run_dir) -> list[dict]:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in rec.items() if not k.startswith("timing/")} for rec in lines]
+def logged_rates(lines: list[dict], agent_id: str) -> list[float]:
+    """The rates an agent's steps logged, from a run's ``metric_lines``."""
+    return [rec[f"agent/{agent_id}/lr"] for rec in lines if rec["step"] > 0]
 
 
-def logged_rates(run_dir, agent_id: str) -> list[float]:
-    return [rec[f"agent/{agent_id}/lr"] for rec in metric_lines(run_dir) if rec["step"] > 0]
-
-
-def test_a_cosine_schedule_with_warmup_changes_the_rate_as_transformers_does(tmp_path, transformers_rates):
+def test_a_cosine_schedule_with_warmup_changes_the_rate_as_transformers_does(tmp_path, transformers_rates, metric_lines):
     trainer = make_trainer(tmp_path, "trainer.steps=4",
                            "agents.qwen-char.lr_schedule=cosine", "agents.qwen-char.warmup_steps=1",
                            "agents.llama-bpe.lr_schedule=constant_with_warmup", "agents.llama-bpe.warmup_ratio=0.5")
     trainer.train()
     # cosine, 1 warm-up step of 4: 0, then 3e-4·½(1 + cos(π·k/3)) for k = 0, 1, 2: 3e-4, 2.25e-4, 0.75e-4
-    assert logged_rates(trainer.run_dir, "qwen-char") == transformers_rates(
+    assert logged_rates(metric_lines(trainer.run_dir), "qwen-char") == transformers_rates(
         get_cosine_schedule_with_warmup, 4, lr=LR, num_warmup_steps=1, num_training_steps=4)
-    assert logged_rates(trainer.run_dir, "llama-bpe") == transformers_rates(
+    assert logged_rates(metric_lines(trainer.run_dir), "llama-bpe") == transformers_rates(
         get_constant_schedule_with_warmup, 4, lr=LR, num_warmup_steps=2)  # ceil(0.5 × 4) = 2: 0, 1.5e-4, 3e-4, 3e-4
 
 
-def test_the_constant_default_trains_at_the_configured_rate(tmp_path):
+def test_the_constant_default_trains_at_the_configured_rate(tmp_path, metric_lines):
     trainer = make_trainer(tmp_path, "trainer.steps=2")
     trainer.train()
     for agent in trainer.agents:
-        assert logged_rates(trainer.run_dir, agent.id) == [LR, LR]
+        assert logged_rates(metric_lines(trainer.run_dir), agent.id) == [LR, LR]
         group = agent.optimizer.param_groups[0]
         assert group["lr"] == LR and "initial_lr" not in group  # no scheduler ever touched the optimizer
     assert not list((trainer.run_dir / "checkpoints").glob("*/agents/*/scheduler.pt"))
 
 
-def test_a_resumed_run_trains_at_the_uninterrupted_runs_rates(tmp_path, transformers_rates):
+def test_a_resumed_run_trains_at_the_uninterrupted_runs_rates(tmp_path, transformers_rates, metric_lines):
     sets = ("trainer.steps=4", "trainer.checkpoint_every=2", "trainer.keep_last=3",
             "agents.qwen-char.lr_schedule=cosine", "agents.qwen-char.warmup_steps=1",
             "agents.llama-bpe.lr_schedule=linear", "agents.llama-bpe.warmup_ratio=0.25")
@@ -73,7 +69,7 @@ def test_a_resumed_run_trains_at_the_uninterrupted_runs_rates(tmp_path, transfor
     resumed = make_trainer(tmp_path, *sets, resume_from=ckpt)  # steps 3 and 4 again, from the step-2 checkpoint
     assert resumed.step_idx == 2
     resumed.train()
-    assert logged_rates(resumed.run_dir, "llama-bpe") == transformers_rates(
+    assert logged_rates(metric_lines(resumed.run_dir), "llama-bpe") == transformers_rates(
         get_linear_schedule_with_warmup, 4, lr=LR, num_warmup_steps=1, num_training_steps=4)
     assert metric_lines(resumed.run_dir) == uninterrupted  # the rates, and with them every metric
     # the schedule spans the run's 4 steps: it does not stretch to another count mid-run
@@ -86,7 +82,7 @@ def write_rows(path, pairs):
                             for a, b in pairs))
 
 
-def test_epochs_stop_the_run_after_its_passes_over_the_data_set(tmp_path, transformers_rates):
+def test_epochs_stop_the_run_after_its_passes_over_the_data_set(tmp_path, transformers_rates, metric_lines):
     write_rows(tmp_path / "train.jsonl", [(i, 2 * i) for i in range(10)])
     write_rows(tmp_path / "test.jsonl", [(50 + i, i) for i in range(5)])
     trainer = make_trainer(
@@ -99,7 +95,7 @@ def test_epochs_stop_the_run_after_its_passes_over_the_data_set(tmp_path, transf
     assert [rec["step"] for rec in metric_lines(trainer.run_dir)] == [0, 1, 2, 3] and trainer.data.position == 12
     assert yaml.safe_load((trainer.run_dir / "config.yaml").read_text())["trainer"]["steps"] == 3
     # the schedule spans the counted steps: linear over 3, from lr down to lr/3 at the last
-    assert logged_rates(trainer.run_dir, "llama-bpe") == transformers_rates(
+    assert logged_rates(metric_lines(trainer.run_dir), "llama-bpe") == transformers_rates(
         get_linear_schedule_with_warmup, 3, lr=LR, num_warmup_steps=0, num_training_steps=3)
 
 

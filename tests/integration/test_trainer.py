@@ -91,12 +91,7 @@ def test_sampling_logprobs_equal_training_logprobs(tmp_path):
             torch.testing.assert_close(got, torch.tensor(s.logps), atol=1e-5, rtol=0)
 
 
-def _metric_lines(run_dir):
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in rec.items() if not k.startswith("timing/")} for rec in lines]
-
-
-def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path):
+def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, metric_lines):
     straight = make_trainer(tmp_path, "trainer.steps=4", "trainer.eval_size=20", name="straight")
     straight.train()
     first = make_trainer(tmp_path, "trainer.steps=2", "trainer.eval_size=20", name="resumed")
@@ -106,7 +101,7 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path):
     second = make_trainer(tmp_path, "trainer.steps=4", "trainer.eval_size=20", name="resumed", resume_from=ckpt)
     assert second.step_idx == 2
     second.train()
-    a, b = _metric_lines(straight.run_dir), _metric_lines(second.run_dir)
+    a, b = metric_lines(straight.run_dir), metric_lines(second.run_dir)
     strip = lambda rec: {k: v for k, v in rec.items() if not k.startswith("eval/")}  # noqa: E731
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
     assert [strip(r) for r in a] == [strip(r) for r in b]

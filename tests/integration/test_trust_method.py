@@ -4,7 +4,6 @@ trains on the learner's own answers only, and a resumed run goes on with the sam
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -25,10 +24,7 @@ def make_trainer(tmp_path, *overrides, name="run", resume_from=None):
     return Trainer(cfg, run_dir, resume_from=resume_from)
 
 
-def metric_lines(run_dir):
-    """A run's metrics.jsonl without its timings and evaluations: what an exact resume must reproduce."""
-    return [{k: v for k, v in json.loads(x).items() if not k.startswith(("timing/", "eval/"))}
-            for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+RESUMED = ("timing/", "eval/")  # what an exact resume need not reproduce: timings, and the evaluations
 
 
 def straight_and_cut(tmp_path, cut, *overrides):
@@ -90,11 +86,11 @@ def test_a_harm_check_distrusts_the_partner_for_the_next_update(tmp_path):
     assert metrics["agent/llama-bpe/cross/objective_mean"] == 0.0
 
 
-def test_resume_goes_on_with_the_same_trust(tmp_path):
+def test_resume_goes_on_with_the_same_trust(tmp_path, metric_lines):
     straight, _, second = straight_and_cut(tmp_path, 3)
     assert second.backend.workers[0].trust.state.reference is not None
     second.train()
-    assert metric_lines(straight.run_dir) == metric_lines(second.run_dir)
+    assert metric_lines(straight.run_dir, RESUMED) == metric_lines(second.run_dir, RESUMED)
 
 
 def test_trust_refuses_the_asynchronous_mode(tmp_path):
@@ -124,15 +120,15 @@ def test_the_rollout_budget_moves_answers_to_the_learner_that_distrusts(tmp_path
     assert after["pool/size"] == 2 * g * trainer.cfg.trainer.batch_size  # the pooled methods' answers
 
 
-def test_the_rollout_budget_resumes_with_the_same_split(tmp_path):
+def test_the_rollout_budget_resumes_with_the_same_split(tmp_path, metric_lines):
     # a floor of 0.9 cuts some partner answers at full trust, so the values the split reads are not all 1
     setting = ("algorithm.trust_budget=true", "algorithm.trust_budget_min=0.25", "algorithm.trust_floor=0.9")
     straight, first, second = straight_and_cut(tmp_path, 2, *setting)
     assert first.rollout_budget is not None and min(min(row) for row in first.rollout_budget.usable) < 1.0
     assert second.rollout_budget is not None and second.rollout_budget.usable == first.rollout_budget.usable
     second.train()
-    assert metric_lines(straight.run_dir) == metric_lines(second.run_dir)
-    assert any(k.endswith("/rollouts") for k in metric_lines(straight.run_dir)[-1])
+    assert metric_lines(straight.run_dir, RESUMED) == metric_lines(second.run_dir, RESUMED)
+    assert any(k.endswith("/rollouts") for k in metric_lines(straight.run_dir, RESUMED)[-1])
 
 
 def test_the_rollout_budget_needs_the_trust_method(tmp_path):
@@ -182,10 +178,10 @@ def test_the_usable_baseline_reaches_the_advantage_from_the_second_update(tmp_pa
         assert second[f"agent/{agent}/pg_loss"] != pytest.approx(lines["tau"][1][f"agent/{agent}/pg_loss"])
 
 
-def test_the_usable_baseline_resumes_exactly(tmp_path):
+def test_the_usable_baseline_resumes_exactly(tmp_path, metric_lines):
     straight, _, second = straight_and_cut(tmp_path, 3, "algorithm.trust_floor=0.9", "algorithm.trust_baseline=usable")
     second.train()
-    assert metric_lines(straight.run_dir) == metric_lines(second.run_dir)
+    assert metric_lines(straight.run_dir, RESUMED) == metric_lines(second.run_dir, RESUMED)
 
 
 def test_the_usable_baseline_needs_the_trust_method(tmp_path):
@@ -226,11 +222,11 @@ def test_a_cut_below_every_ratio_cuts_nothing(tmp_path):
         assert lines[1][f"agent/{learner}/trust/{partner}"] == 1.0
 
 
-def test_the_cut_resumes_exactly_across_its_updates(tmp_path):
+def test_the_cut_resumes_exactly_across_its_updates(tmp_path, metric_lines):
     # checkpointed after update 1 of the 3 r̄ counts: the resumed run must count on from the saved sum
     straight, _, second = straight_and_cut(tmp_path, 1, "algorithm.trust_cut=100", "algorithm.trust_cut_steps=3")
     second.train()
-    assert metric_lines(straight.run_dir) == metric_lines(second.run_dir)
+    assert metric_lines(straight.run_dir, RESUMED) == metric_lines(second.run_dir, RESUMED)
 
 
 def test_the_cut_needs_the_trust_method(tmp_path):
