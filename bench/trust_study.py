@@ -247,6 +247,18 @@ def foreignness(run_dirs: list[Path], agent: str, steps: int = SIGNAL_STEPS) -> 
     return statistics.fmean(ratios), statistics.fmean(kept)
 
 
+def cut_share(run_dirs: list[Path], agent: str) -> float | None:
+    """The share of runs in which ``agent`` cut a partner for good (``algorithm.trust_cut``: its last metrics line
+    logs ``trust_cut/<partner>`` 1); None where the runs log no cut (the cut was off)."""
+    shares = []
+    for run_dir in run_dirs:
+        lines = read_jsonl(run_dir / "metrics.jsonl")
+        cuts = [v for k, v in (lines[-1] if lines else {}).items() if k.startswith(f"agent/{agent}/trust_cut/")]
+        if cuts:
+            shares.append(float(max(cuts) >= 1.0))
+    return statistics.fmean(shares) if shares else None
+
+
 def predicts(foreign: float, gap: float, cut: float = FOREIGN, margin: float = MARGIN) -> tuple[str, str, bool]:
     """Stage 6's prediction from r̄ and what the arms' finals show: (predicted, observed, hit), each side named
     ``2G not beaten`` (GSPO×2 − best sharing ≥ −margin) or ``sharing wins`` (below it).
@@ -280,16 +292,20 @@ def signal_rows(cell: Path, method: str = METHOD) -> list[dict[str, Any]]:
         foreign, kept = foreignness(dirs, agent)
         predicted, observed, hit = predicts(foreign, gap)
         rows.append({"cell": cell.name, "agent": agent, "foreign": foreign, "kept": kept, "best_sharing": share,
-                     "gap": gap, "predicted": predicted, "observed": observed, "hit": hit})
+                     "gap": gap, "predicted": predicted, "observed": observed, "hit": hit,
+                     "cut": cut_share(dirs, agent)})
     return rows
 
 
 def signal_table(rows: list[dict[str, Any]]) -> str:
+    """The signal's table; with a column for the share of runs that cut their partner where the runs log a cut."""
+    cuts = any(r.get("cut") is not None for r in rows)
     head = (f"| cell | agent | r̄ (first {SIGNAL_STEPS} steps) | kept by the floor | best sharing arm | "
-            "GSPO×2 − it | predicted | observed | hit |")
+            f"GSPO×2 − it | predicted | observed | hit |{' runs that cut |' if cuts else ''}")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     out += [f"| {r['cell']} | {r['agent']} | {r['foreign']:.2f} | {r['kept']:.2f} | {r['best_sharing']} | "
-            f"{r['gap']:+.3f} | {r['predicted']} | {r['observed']} | {'yes' if r['hit'] else 'no'} |" for r in rows]
+            f"{r['gap']:+.3f} | {r['predicted']} | {r['observed']} | {'yes' if r['hit'] else 'no'} |"
+            + (f" {'–' if r.get('cut') is None else format(r['cut'], '.0%')} |" if cuts else "") for r in rows]
     hits = sum(r["hit"] for r in rows)
     return "\n".join(out) + f"\n\n{hits} of {len(rows)} agents as predicted (r̄ < {FOREIGN}: 2G not beaten)"
 

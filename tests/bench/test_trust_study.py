@@ -126,6 +126,17 @@ def test_the_foreignness_signal_and_its_prediction(study, tmp_path):
     assert (rows["b"]["predicted"], rows["b"]["observed"], rows["b"]["hit"]) == ("2G not beaten",) * 2 + (True,)
     assert study.signal_table(list(rows.values())).endswith("2 of 2 agents as predicted (r̄ < 0.5: 2G not beaten)")
     assert study.predicts(0.4, -0.03) == ("2G not beaten", "sharing wins", False)
+    assert rows["a"]["cut"] is None and "runs that cut" not in study.signal_table(list(rows.values()))
+    # with the cut on (stage 9): a cut its partner in seed 0 only (its last line), b in neither
+    for seed in (0, 1):
+        path = cell / "runs" / "trust" / f"seed-{seed}" / "metrics.jsonl"
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        lines[-1].update({"agent/a/trust_cut/b": float(seed == 0), "agent/b/trust_cut/a": 0.0})
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rows = {r["agent"]: r for r in study.signal_rows(cell)}
+    assert (rows["a"]["cut"], rows["b"]["cut"]) == (0.5, 0.0)
+    assert "| 0.70 | 0.50 | naive | -0.030 | sharing wins | sharing wins | yes | 50% |" in study.signal_table(
+        list(rows.values()))
 
 
 def test_the_same_start_check_compares_the_first_steps_rewards(study, tmp_path):
