@@ -278,23 +278,24 @@ def resolve(a: AlgorithmConfig) -> Algorithm:
 
 def check_run(cfg: Config, algo: Algorithm) -> None:
     """Raise ValueError (one line naming the key) where the run's other settings do not fit its resolved
-    ``algo``: trust's checks need the lock-step mode, ``algorithm.trust_budget``, ``trust_mean``,
-    ``trust_baseline`` and ``trust_cut`` need a trust to read. The trainer and ``hacrl train --check`` (through ``derive_for``) both
-    call it, before any model loads."""
+    ``algo``: trust's checks need the lock-step mode, and ``algorithm.trust_budget``, ``trust_mean``,
+    ``trust_baseline`` and ``trust_cut`` need a trust to read. The trainer and ``hacrl train --check`` (through
+    ``derive_for``) both call it, before any model loads."""
     if uses_trust(algo) and cfg.trainer.mode == "async":
         raise ValueError("trainer.mode=async: trust reads lock-step validation checks; set trainer.mode=lockstep")
-    if cfg.algorithm.trust_budget and not uses_trust(algo):
-        raise ValueError(f"algorithm.trust_budget: {cfg.algorithm.name} holds no trust to move the budget by; "
-                         f"set algorithm.name=trust or drop trust_budget")
-    if cfg.algorithm.trust_mean != "all" and not uses_trust(algo):
-        raise ValueError(f"algorithm.trust_mean={cfg.algorithm.trust_mean}: {cfg.algorithm.name} holds no trust; "
-                         f"set algorithm.name=trust or drop trust_mean")
-    if cfg.algorithm.trust_baseline != "tau" and not uses_trust(algo):
-        raise ValueError(f"algorithm.trust_baseline={cfg.algorithm.trust_baseline}: {cfg.algorithm.name} holds no "
-                         f"trust; set algorithm.name=trust or drop trust_baseline")
-    if cfg.algorithm.trust_cut > 0 and not uses_trust(algo):
-        raise ValueError(f"algorithm.trust_cut={cfg.algorithm.trust_cut}: {cfg.algorithm.name} holds no trust to cut; "
-                         f"set algorithm.name=trust or drop trust_cut")
+    if uses_trust(algo):
+        return
+    a = cfg.algorithm
+    needs_trust = (  # (key, set away from its default, the value as the message shows it, what the trust is for)
+        ("trust_budget", a.trust_budget, "", " to move the budget by"),
+        ("trust_mean", a.trust_mean != "all", f"={a.trust_mean}", ""),
+        ("trust_baseline", a.trust_baseline != "tau", f"={a.trust_baseline}", ""),
+        ("trust_cut", a.trust_cut > 0, f"={a.trust_cut}", " to cut"),
+    )
+    for key, is_set, shown, purpose in needs_trust:
+        if is_set:
+            raise ValueError(f"algorithm.{key}{shown}: {a.name} holds no trust{purpose}; set algorithm.name=trust "
+                             f"or drop {key}")
 
 
 def derive_for(cfg: Config) -> Derived:

@@ -12,8 +12,8 @@ rollout budget reads, ``algorithm.trust_budget``), ``trust_baseline/<partner id>
 baseline: τ, or with ``algorithm.trust_baseline: usable`` τ × the share the previous update kept), and on
 a check ``val/acc``, ``val/wins``, ``val/losses`` (against the reference check) and ``val/harm`` (1 when the rule
 cut the trust); with ``algorithm.trust_cut``, ``trust_rbar/<partner id>`` (r̄ so far, over the first
-``trust_cut_steps`` updates) and ``trust_cut/<partner id>`` (1 once that partner is cut for good). The state lives in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the
-same trust and reference.
+``trust_cut_steps`` updates) and ``trust_cut/<partner id>`` (1 once that partner is cut for good). The state lives
+in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the same trust and reference.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ exists and the records file where compare.json says it went, so a comparison may
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hacrl.errors import InputError
-from hacrl.report.runs import pruned_run_steps, read_record
+from hacrl.report.runs import pruned_run_steps, read_record, record_text
 from hacrl.run.files import guard, write_atomic
 from hacrl.run.records import (
     COMPACTED,
@@ -47,7 +46,9 @@ from hacrl.run.records import (
 from hacrl.run.rundir import LOCK_FILE, RunDirectoryBusy, RunLock
 
 LINE_FILES = tuple(f"{s}.jsonl" for s in SOURCES)
-FOLDED = TEXTS[:-1]  # the whole texts compare.json names as moved (compare.json itself: its copy is the record)
+# the whole texts compare.json names as moved (compare.json itself: its copy in the records is the run's record)
+FOLDED = tuple(t for t in TEXTS if t != RUN_RECORD)
+MOVED = (*zip(SOURCES, LINE_FILES, strict=True), *((t, t) for t in FOLDED))  # (records source, the run's file)
 
 
 @dataclass
@@ -102,10 +103,11 @@ def _run_lines(run_dir: Path, key: RunKey, old: Records | None) -> dict[str, lis
     compare.json says went there (a file still present must hold the same: a compaction stopped before its
     removals); compare.json itself, a file while the run is not done, is read from it and gets ``compacted``:
     every file the records now hold."""
-    moved = read_record(run_dir).get(COMPACTED) or []
+    record = read_record(run_dir)
+    moved = record.get(COMPACTED) or []
     held = old.run(*key) if old is not None else {}
     out: dict[str, list[Line]] = {}
-    for source, name in (*zip(SOURCES, LINE_FILES, strict=True), *((t, t) for t in FOLDED)):
+    for source, name in MOVED:
         stored = held.get(source)
         if name in moved and stored is None:
             raise InputError(f"{run_dir}: compare.json says its {name} is in {RECORDS_FILE}, which lacks it")
@@ -117,10 +119,8 @@ def _run_lines(run_dir: Path, key: RunKey, old: Records | None) -> dict[str, lis
         elif stored is not None:
             out[source] = stored
     out = {s: lines for s, lines in out.items() if lines and lines != [""]}  # an empty file holds nothing
-    record = read_record(run_dir)
-    record[COMPACTED] = [name for s, name in (*zip(SOURCES, LINE_FILES, strict=True), *((t, t) for t in FOLDED))
-                         if s in out]
-    out[RUN_RECORD] = [json.dumps(record, indent=2)]
+    record[COMPACTED] = [name for source, name in MOVED if source in out]
+    out[RUN_RECORD] = [record_text(record)]
     return out
 
 

@@ -73,8 +73,13 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
+def record_text(record: dict[str, Any]) -> str:
+    """compare.json's text (also its copy in a compacted comparison's records file)."""
+    return json.dumps(record, indent=2)
+
+
 def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
-    write_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2))  # via compare.json.tmp
+    write_atomic(run_dir / RUN_RECORD, record_text(record))  # via compare.json.tmp
 
 
 def mark_stopped(run_dir: Path, since: float) -> bool:
