@@ -27,11 +27,17 @@ class Registry(Generic[T]):
     >>> losses.add_family(r"times(?P<n>[1-9][0-9]*)", "times<N>", lambda n: lambda x: int(n) * x)
     >>> losses.get("times7")(3), "times7" in losses, "times0" in losses
     (21, True, False)
+
+    A member built on lookup is cached but not listed, so the listing does not depend on what was looked up before:
+
+    >>> losses.names(), losses.listing()
+    (['double'], ['double', 'times<N>'])
     """
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._built: dict[str, T] = {}  # family members, built on first lookup
         self._families: list[tuple[re.Pattern[str], str, Callable[..., T]]] = []
 
     def add_family(self, pattern: str, label: str, build: Callable[..., T]) -> None:
@@ -52,13 +58,15 @@ class Registry(Generic[T]):
         self._items[name] = obj
 
     def get(self, name: str) -> T:
-        if name not in self._items:
+        if name in self._items:
+            return self._items[name]
+        if name not in self._built:
             built = self._build(name)
             if built is None:
                 raise KeyError(f"unknown {self.kind} {name!r}; {self._suggestion(name)}valid: "
                                f"{', '.join(self.listing()) or '(none)'}")
-            self._items[name] = built
-        return self._items[name]
+            self._built[name] = built
+        return self._built[name]
 
     def _suggestion(self, name: object) -> str:
         """``did you mean 'add2'? `` for a near miss of a registered name, else nothing.
@@ -80,7 +88,7 @@ class Registry(Generic[T]):
         return None
 
     def names(self) -> list[str]:
-        """The registered names (family members only once looked up)."""
+        """The registered names (never a family's members, looked up or not)."""
         return sorted(self._items)
 
     def listing(self) -> list[str]:
