@@ -8,7 +8,8 @@ functions, so that every number the README quotes is on a generated page (``test
   (every contrast the mechanism study's decision rules read, each arm against GSPO×2 included), over the study's
   finished cells;
 - ``bench/trust_study.py`` (``trust`` against the best fixed way of sharing, and each arm's shortfall to it) and
-  its ``--method ... --vs trust`` reading of stage 3's variant, over the trust study's finished cells.
+  its ``--method ... --vs trust`` reading of stage 3's variant and stage 9's cut, over the trust study's finished
+  cells.
 
 The cells are listed here (``MECHANISM_CELLS``, ``TRUST_CELLS``), not globbed: a cell whose runs are still coming
 in (a directory without summary.json, or with one its last invocation wrote over part of the runs) would change
@@ -44,6 +45,9 @@ TRUST_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-stat
 VARIANT_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym"]
 # Stage 3's variant, read against trust as the README quotes it.
 TRUST_VARIANT = "trust@trust_budget=true@trust_mean=trained"
+# trust's settings read in trust's place, each over the cells it ran in: (title, method, cells).
+TRUST_SETTINGS = [("Stage 3's variant", TRUST_VARIANT, VARIANT_CELLS),
+                  ("Stage 9's cut", "trust@trust_cut=0.5", TRUST_CELLS)]
 TALLIES = [("hacpo", "naive"), ("hacpo", "imitation")]
 
 
@@ -110,22 +114,24 @@ def _regrets(trust: ModuleType, rows: list[dict]) -> list[str]:
 
 def trust_section(trust: ModuleType) -> list[str]:
     rows = [row for c in _dirs("trust", TRUST_CELLS) for row in trust.cell_rows(c)]
-    variant = [row for c in _dirs("trust", VARIANT_CELLS) for row in trust.cell_rows(c, TRUST_VARIANT, "trust")]
     command = f"python bench/trust_study.py {_brace('trust', TRUST_CELLS)}"
-    variant_command = (f"python bench/trust_study.py {_brace('trust', VARIANT_CELLS)} --method '{TRUST_VARIANT}' "
-                       "--vs trust")
-    return ["## The trust study", "",
-            ("Per cell and agent, trust's final accuracy against the best fixed arm (hacpo, naive, imitation, "
-             "gspo2x) and against GSPO×2, read by the rules of [its study](results-trust.md); then every arm's "
-             "shortfall to the best fixed arm of each cell and agent (point estimates of the final means). Stage "
-             f"3's variant, `{TRUST_VARIANT}`, the same way in trust's place and against trust."), "",
-            "### Trust against the best fixed arm", "", f"`{command}`", "", trust.table(rows), "",
-            trust.overall(rows), "",
-            "### Each arm's shortfall to the best fixed arm", "", f"`{command}`", "", *_regrets(trust, rows), "",
-            "### Stage 3's variant against trust", "", f"`{variant_command}`", "", trust.table(variant), "",
-            trust.overall(variant), "",
-            "### Each arm's shortfall, stage 3's variant in trust's place", "", f"`{variant_command}`", "",
-            *_regrets(trust, variant), ""]
+    lines = ["## The trust study", "",
+             ("Per cell and agent, trust's final accuracy against the best fixed arm (hacpo, naive, imitation, "
+              "gspo2x) and against GSPO×2, read by the rules of [its study](results-trust.md); then every arm's "
+              "shortfall to the best fixed arm of each cell and agent (point estimates of the final means). Then "
+              "each of trust's settings the study measured, the same way in trust's place and against trust: "
+              + ", ".join(f"{title} (`{method}`)" for title, method, _ in TRUST_SETTINGS) + "."), "",
+             "### Trust against the best fixed arm", "", f"`{command}`", "", trust.table(rows), "",
+             trust.overall(rows), "",
+             "### Each arm's shortfall to the best fixed arm", "", f"`{command}`", "", *_regrets(trust, rows), ""]
+    for title, method, cells in TRUST_SETTINGS:
+        setting = [row for c in _dirs("trust", cells) for row in trust.cell_rows(c, method, "trust")]
+        setting_command = f"python bench/trust_study.py {_brace('trust', cells)} --method '{method}' --vs trust"
+        lines += [f"### {title} against trust", "", f"`{setting_command}`", "", trust.table(setting), "",
+                  trust.overall(setting), "",
+                  f"### Each arm's shortfall, {title[0].lower() + title[1:]} in trust's place", "",
+                  f"`{setting_command}`", "", *_regrets(trust, setting), ""]
+    return lines
 
 
 def page() -> str:
