@@ -41,8 +41,8 @@ MECHANISM_CELLS = ["e1-tiny-model", "e1-tiny-state", "sym-0.5", "sym-1.0", "asym
 # Stage 4's E4 cells enter when their runs are all in.
 TRUST_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym", "p2-rho1",
                "p1-rho0.5", "p2-rho0.5", "low", "eq-model", "p2-rho0"]
-# The cells where stage 3's variant ran (stages 1 and 2b's eight; stage 5 runs it only after its five arms).
-VARIANT_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym"]
+# The cells where stage 3's variant ran: stages 1 and 2b's eight, then (stage 5b) stage 5's six: all fourteen.
+VARIANT_CELLS = TRUST_CELLS
 # Stage 3's variant, read against trust as the README quotes it.
 TRUST_VARIANT = "trust@trust_budget=true@trust_mean=trained"
 # trust's settings read in trust's place, each over the cells it ran in: (title, method, cells).
