@@ -134,13 +134,27 @@ def _band(ax: Any, curve: dict[str, list], label: str, color: str, lo: float | N
         ax.fill_between(curve[x], low, high, alpha=0.2, color=color, linewidth=0)
 
 
+def palette_png(png: bytes) -> bytes:
+    """An opaque PNG as a 256-colour palette PNG: a line plot loses nothing visible and the file about two thirds
+    of its size (the committed plots are most of results/). Pillow comes with matplotlib. Applied to its own
+    output it changes nothing, so a committed plot re-encoded by it equals one written again."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png))
+    if image.mode == "P":
+        return png
+    out = io.BytesIO()
+    image.convert("RGB").quantize(colors=256).save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
 def save_figure(fig: Any, path: Path) -> Path:
-    """Lay out, write (100 dpi) and close ``fig``; returns ``path``."""
+    """Lay out, write (100 dpi, a palette PNG: :func:`palette_png`) and close ``fig``; returns ``path``."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
     png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
+    fig.savefig(png, format="png", dpi=100, facecolor="white")
     plt.close(fig)
-    write_atomic(path, png.getvalue())  # whole or not at all
+    write_atomic(path, palette_png(png.getvalue()))  # whole or not at all
     return path
