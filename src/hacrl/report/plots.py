@@ -13,6 +13,11 @@ from typing import Any
 from hacrl.report.reading import held_out_measure, partner_starts
 from hacrl.run.files import write_atomic
 
+# a curve plot's legend with more entries (arms + partners' starts) than this goes beside the right panel, the
+# figure LEGEND_WIDTH inches wider, instead of over the left panel's curves
+LEGEND_INSIDE_MAX = 7
+LEGEND_WIDTH = 3.2
+
 
 def finished_seeds(by_seed: dict[Any, float | None]) -> int:
     """How many of an algorithm's runs reached the final evaluation (``results.<agent>.<algo>.final.by_seed``
@@ -32,7 +37,9 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
     plots_dir.mkdir(parents=True, exist_ok=True)
     written = []
     algos = summary["algorithms"]
-    colors = {a: f"C{i}" for i, a in enumerate(algos)}
+    # ten colours, then the same ten dashed: no two arms of one comparison look alike
+    colors = {a: f"C{i % 10}" for i, a in enumerate(algos)}
+    styles = {a: "-" if i < 10 else "--" for i, a in enumerate(algos)}
 
     from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator, ScalarFormatter
 
@@ -44,17 +51,21 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
 
     n_seeds = len(summary["seeds"])
     for agent, per_algo in summary["results"].items():
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+        refs = {f"{other}'s start": start for other, start in partner_starts(summary, agent).items()}
+        outside = len(algos) + len(refs) > LEGEND_INSIDE_MAX
+        fig, axes = plt.subplots(1, 2, figsize=(10 + LEGEND_WIDTH * outside, 4), sharey=True)
         labels = {}  # an algorithm with fewer finished seeds than the comparison's says how many
         for algo in algos:
             n = finished_seeds(per_algo[algo]["final"]["by_seed"])
             labels[algo] = algo if n == n_seeds else f"{algo} ({n} seed{'s' if n != 1 else ''})"
-        refs = {f"{other}'s start": start for other, start in partner_starts(summary, agent).items()}
-        draw_curves(axes[0], per_algo, algos, colors, labels=labels, references=refs)
+        draw_curves(axes[0], per_algo, algos, colors, labels=labels, references=refs, styles=styles)
         draw_curves(axes[1], per_algo, algos, colors, x="answers", xlabel=f"answers {agent} generated in training",
-                    labels=labels, references=refs)
+                    labels=labels, references=refs, styles=styles)
         axes[0].set_ylabel(f"held-out {held_out_measure(summary, 'greedy accuracy')}")
-        axes[0].legend()
+        if outside:  # a long legend inside would cover the curves: beside the right panel, the figure wider
+            axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8)
+        else:
+            axes[0].legend()
         fig.suptitle(f"{agent}: mean over {n_seeds} seed{'s' if n_seeds != 1 else ''}"
                      + (" (band ± sd)" if n_seeds > 1 else ""), fontsize=10)
         written.append(save_figure(fig, plots_dir / f"curve-{agent}.png"))
@@ -65,7 +76,7 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 3.6), squeeze=False)
         for ax, (a, o) in zip(axes[0], pairs, strict=True):
             for algo, d in diag.items():
-                _band(ax, d[a]["omega"][o]["curve"], algo, colors[algo], 0.1, 10.0)
+                _band(ax, d[a]["omega"][o]["curve"], algo, colors[algo], 0.1, 10.0, ls=styles[algo])
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
             ax.set_yscale("log")
             ax.set_ylim(0.09, 11)
@@ -85,7 +96,7 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
             fig, axes = plt.subplots(1, len(agents), figsize=(4.5 * len(agents), 3.6), squeeze=False)
             for ax, agent in zip(axes[0], agents, strict=True):
                 for algo, d in logged:
-                    _band(ax, d[agent]["in_window_curve"], algo, colors[algo], 0.0, 1.0)
+                    _band(ax, d[agent]["in_window_curve"], algo, colors[algo], 0.0, 1.0, ls=styles[algo])
                 ax.set_ylim(-0.02, 1.02)
                 small_panel(ax, f"{agent} learning from the others")
             axes[0][0].set_ylabel("cross answers inside the clip window")
@@ -96,12 +107,13 @@ def write_plots(summary: dict[str, Any], plots_dir: Path) -> list[Path]:
 
 def draw_curves(ax: Any, per_algo: dict[str, Any], algos: list[str], colors: dict[str, str], *,
                 x: str = "steps", xlabel: str = "training step", labels: dict[str, str] | None = None,
-                references: dict[str, float] | None = None) -> None:
+                references: dict[str, float] | None = None, styles: dict[str, str] | None = None) -> None:
     """One agent's held-out accuracy curves on ``ax``: for each of ``algos``, the mean over seeds of
     ``per_algo[algo]["curve"]`` (summary.json's ``results.<agent>.<algo>.curve``) against ``x`` ("steps" or
     "answers", the answers the agent generated), with a band of ± one sd over seeds, in ``colors[algo]``,
     named ``labels[algo]`` (default: the algorithm); ``references``: a dashed grey line per label (the partners'
-    starting accuracy), so a curve that ends below a partner's start shows it."""
+    starting accuracy), so a curve that ends below a partner's start shows it; ``styles[algo]``: its line style
+    (default solid)."""
     from matplotlib.ticker import MaxNLocator
 
     for i, (label, value) in enumerate((references or {}).items()):
@@ -109,7 +121,8 @@ def draw_curves(ax: Any, per_algo: dict[str, Any], algos: list[str], colors: dic
 
     for algo in algos:
         if x in per_algo[algo]["curve"]:  # a summary from before the cost axis has steps only
-            _band(ax, per_algo[algo]["curve"], (labels or {}).get(algo, algo), colors[algo], 0.0, 1.0, x=x)
+            _band(ax, per_algo[algo]["curve"], (labels or {}).get(algo, algo), colors[algo], 0.0, 1.0, x=x,
+                  ls=(styles or {}).get(algo, "-"))
     values = [v for algo in algos for v in per_algo[algo]["curve"]["mean"] if v is not None]
     if values and max(values) - min(values) < 1e-9:  # flat curves: show the whole [0, 1] range
         ax.set_ylim(-0.02, 1.02)
@@ -119,11 +132,11 @@ def draw_curves(ax: Any, per_algo: dict[str, Any], algos: list[str], colors: dic
 
 
 def _band(ax: Any, curve: dict[str, list], label: str, color: str, lo: float | None = None,
-          hi: float | None = None, x: str = "steps") -> None:
+          hi: float | None = None, x: str = "steps", ls: str = "-") -> None:
     """The mean over seeds against ``curve[x]``, with a band of ± one sd over seeds (clipped to [lo, hi])."""
     if not curve["steps"]:
         return
-    ax.plot(curve[x], curve["mean"], marker="o", ms=3, label=label, color=color)
+    ax.plot(curve[x], curve["mean"], marker="o", ms=3, label=label, color=color, linestyle=ls)
     if any(sd is not None for sd in curve["sd"]):
         low = [m - (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
         high = [m + (sd or 0.0) for m, sd in zip(curve["mean"], curve["sd"], strict=True)]
