@@ -233,3 +233,65 @@ def test_the_cut_needs_the_trust_method(tmp_path):
     cfg = load_config("tiny-test", overrides=["algorithm.name=naive", "algorithm.trust_cut=0.5"])
     with pytest.raises(ConfigError, match="algorithm.trust_cut=0.5: naive holds no trust to cut"):
         Trainer(cfg, tmp_path)
+
+
+def _cross_keys(metrics, agent):
+    return {k for k in metrics if k.startswith(f"agent/{agent}/cross/")}
+
+
+def test_cut_to_hacpo_trains_a_learner_whose_partners_are_all_cut_with_hacpo(tmp_path, monkeypatch):
+    # trust_cut 100 cuts every partner after update 1; with trust_cut_to hacpo each learner's later updates run
+    # the registry's hacpo on the whole pool (no τ, no floor, HACPO's advantage), and update 1 ran trust
+    from hacrl.backends import worker as worker_module
+
+    seen = []
+    real = worker_module.learn
+
+    def spy(agent, pool, omega_NN, algo, *args, trust=None, baseline_N=None, **kwargs):
+        seen.append((agent.index, algo.name, trust is not None, baseline_N is not None))
+        return real(agent, pool, omega_NN, algo, *args, trust=trust, baseline_N=baseline_N, **kwargs)
+
+    monkeypatch.setattr(worker_module, "learn", spy)
+    trainer = make_trainer(tmp_path, "trainer.steps=3", "algorithm.trust_cut=100", "algorithm.trust_cut_steps=1",
+                           "algorithm.trust_cut_to=hacpo")
+    try:
+        lines = [trainer.step() for _ in range(3)]
+    finally:
+        trainer.close()
+    assert sorted(seen) == sorted([(k, "trust", True, True) for k in (0, 1)]
+                                  + [(k, "hacpo", False, False) for k in (0, 1) for _ in range(2)])
+    assert [x[1] for x in seen[:2]] == ["trust", "trust"]
+    monkeypatch.undo()
+    hacpo = make_trainer(tmp_path, "trainer.steps=1", "algorithm.name=hacpo", name="hacpo")
+    try:
+        plain = hacpo.step()
+    finally:
+        hacpo.close()
+    for learner, partner in (("qwen-char", "llama-bpe"), ("llama-bpe", "qwen-char")):
+        assert [m[f"agent/{learner}/trust_cut/{partner}"] for m in lines] == [1.0, 1.0, 1.0]
+        assert [m[f"agent/{learner}/trust_switch/{partner}"] for m in lines] == [1.0, 1.0, 1.0]
+        # τ and ℓ are logged only while trust weighs the partner; the switched updates log what hacpo logs
+        assert [f"agent/{learner}/trust/{partner}" in m for m in lines] == [True, False, False]
+        assert _cross_keys(lines[1], learner) == _cross_keys(plain, learner) != _cross_keys(lines[0], learner)
+        assert f"agent/{learner}/val/acc" in lines[2]  # the checks go on (their cost stays)
+
+
+def test_cut_to_hacpo_resumes_switched(tmp_path, metric_lines):
+    # checkpointed after the cut (update 1 of 1): the resumed run's updates 3-4 run hacpo as the straight run's do
+    straight, _, second = straight_and_cut(tmp_path, 2, "algorithm.trust_cut=100", "algorithm.trust_cut_steps=1",
+                                           "algorithm.trust_cut_to=hacpo")
+    assert second.backend.workers[0].trust.switched()
+    second.train()
+    assert metric_lines(straight.run_dir, RESUMED) == metric_lines(second.run_dir, RESUMED)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (("algorithm.trust_cut_to=hacpo",), "algorithm.trust_cut_to=hacpo: nothing is ever cut with trust_cut 0"),
+    (("algorithm.trust_cut_to=hacpo", "algorithm.trust_cut=0.5", "algorithm.trust_budget=true"),
+     "algorithm.trust_budget: a learner switched to hacpo no longer weighs its partners by trust"),
+    (("algorithm.name=naive", "algorithm.trust_cut_to=hacpo"), "algorithm.trust_cut_to=hacpo: naive holds no trust"),
+])
+def test_cut_to_is_refused_where_it_cannot_apply(tmp_path, overrides, message):
+    cfg = load_config("tiny-test", overrides=[*TRUST, *overrides])
+    with pytest.raises(ConfigError, match=message):
+        Trainer(cfg, tmp_path)

@@ -5,6 +5,7 @@ bare name's loss when the ingredients chose another."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,18 @@ def test_compare_refuses_the_label_before_anything_trains(tmp_path):
                        log=lambda _: None, dry_run=True)
     with pytest.raises(ValueError, match="^algorithm.partner_weight=ratio: hacpo-adaptive adapts"):
         algorithm_of("hacpo-adaptive@partner_weight=ratio")
+
+
+@pytest.mark.parametrize(("label", "message"), [
+    ("naive@trust_cut=0.5", "algorithm.trust_cut=0.5: naive holds no trust to cut"),
+    ("trust@trust_cut_to=hacpo", "algorithm.trust_cut_to=hacpo: nothing is ever cut with trust_cut 0"),
+])
+def test_compare_refuses_a_setting_the_arms_algorithm_cannot_read_before_anything_trains(tmp_path, label, message):
+    # the trainer's own check (check_run), run on every arm at the start: before, a dry run passed these and the
+    # comparison failed only when it reached that arm, after the arms before it had trained
+    with pytest.raises(ConfigError, match=rf"^--algos '{re.escape(label)}': {message}"):
+        run_comparison("tiny-test", f"hacpo,{label}", 1, [], tmp_path / "cmp", log=lambda _: None, dry_run=True)
+    assert not (tmp_path / "cmp").exists()
 
 
 # ---- the readers take the composed algorithm -------------------------------------------------------------------

@@ -4,6 +4,7 @@ the advantage weighs each partner by τ in the joint group's baseline: τ 0 give
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.testing import assert_close
 
@@ -90,3 +91,32 @@ def test_the_kept_shares_the_baseline_reads_survive_a_checkpoint(tmp_path):
     old = LearnerTrust(1, ["a", "b"], TrustRule(), "usable")
     old.restore(tmp_path / "checkpoint", "b")
     assert old.last_kept == [1.0, 1.0]
+
+
+def test_a_learner_switches_only_once_every_partner_is_cut():
+    # three agents, learner 1: r̄ of source 0 is 0.2 (cut at 0.5), of source 2 0.8 (kept), after one counted
+    # update; with cut_to hacpo the learner switches only when both are cut, and logs it per partner
+    rule = TrustRule(cut=0.5, cut_steps=1)
+    some = LearnerTrust(1, ["a", "b", "c"], rule, cut_to="hacpo")
+    assert some.observe_ratios({0: [0.1, 0.3], 2: [0.8]}) == {
+        "trust_rbar/a": pytest.approx(0.2), "trust_rbar/c": 0.8, "trust_cut/a": 1.0, "trust_cut/c": 0.0,
+        "trust_switch/a": 0.0, "trust_switch/c": 0.0}
+    assert not some.switched() and some.settings()[0] == [0.0, 1.0, 1.0]
+    every = LearnerTrust(1, ["a", "b", "c"], TrustRule(cut=0.9, cut_steps=1), cut_to="hacpo")
+    assert every.observe_ratios({0: [0.1, 0.3], 2: [0.8]})["trust_switch/c"] == 1.0 and every.switched()
+    alone = LearnerTrust(1, ["a", "b", "c"], TrustRule(cut=0.9, cut_steps=1))  # the default: τ 0, no switch
+    assert "trust_switch/a" not in alone.observe_ratios({0: [0.1], 2: [0.8]}) and not alone.switched()
+    assert alone.settings()[0] == [0.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="cut_to must be one of alone, hacpo"):
+        LearnerTrust(1, ["a", "b"], rule, cut_to="naive")
+
+
+def test_a_switched_learner_stays_switched_after_a_checkpoint(tmp_path):
+    trust = LearnerTrust(0, ["a", "b"], TrustRule(cut=0.5, cut_steps=1), cut_to="hacpo")
+    trust.observe_ratios({1: [0.1]})
+    (tmp_path / "run" / "agents" / "a").mkdir(parents=True)
+    trust.save(tmp_path / "run" / "agents" / "a")
+    back = LearnerTrust(0, ["a", "b"], TrustRule(cut=0.5, cut_steps=1), cut_to="hacpo")
+    assert not back.switched()
+    back.restore(tmp_path / "run", "a")
+    assert back.switched()

@@ -50,7 +50,7 @@ from hacrl.learner.learn import Schedule, StaleSettings, learn
 from hacrl.learner.old_logprobs import recompute_logprobs
 from hacrl.learner.request import UpdateRequest
 from hacrl.learner.settings import loss_settings
-from hacrl.learner.trust import TRUST_FILE, LearnerTrust
+from hacrl.learner.trust import CUT_TO, TRUST_FILE, LearnerTrust
 from hacrl.learner.window import WINDOW_FILE, LearnerWindow
 from hacrl.rollout import SamplingParams
 from hacrl.rollout.base import generate_answers, logprob_gap
@@ -89,6 +89,8 @@ class AgentWorker:
         self.own = OwnAnswers(index, self.spec.id)  # own answers' tokens, kept from rollout to update
         self.window = LearnerWindow.for_run(cfg, index)  # the adaptive cross window's ℓ_0 per source, or None
         self.trust = LearnerTrust.for_run(cfg, index, self.algo)  # the trust method's τ per partner, or None
+        # what the learner trains with once every partner is cut (algorithm.trust_cut_to), or None: trust, τ 0
+        self.switch_algo = CUT_TO[cfg.algorithm.trust_cut_to] if self.trust is not None else None
         if not defer_setup:
             self.setup()
 
@@ -203,18 +205,24 @@ class AgentWorker:
         ratios: dict[int, list[float]] | None = {} if lower0 is not None or self.trust is not None else None
         trust_metrics: dict[str, float] = {}
         trust = baseline = None
+        algo = self.algo
         if self.trust is not None:  # this step's validation check (if any) moves the trust before the update
             trust_metrics = self.trust.observe(request.validation[self.index] if request.validation else None)
-            trust = self.trust.settings()
-            baseline = self.trust.baseline(trust[0])
-            trust_metrics.update(self.trust.metrics(*trust))
+            if self.trust.switched():  # every partner cut: trust_cut_to's algorithm, no τ
+                assert self.switch_algo is not None
+                algo = self.switch_algo
+            else:
+                trust = self.trust.settings()
+                baseline = self.trust.baseline(trust[0])
+                trust_metrics.update(self.trust.metrics(*trust))
         lr = agent.lr  # this step's rate (agents[i].lr_schedule), for every minibatch of the step
-        metrics = learn(agent, pool, request.omega_NN, self.algo, self.settings, schedule,
+        metrics = learn(agent, pool, request.omega_NN, algo, self.settings, schedule,
                         stale=stale if cfg.trainer.mode == "async" else None, dp_group=self.dp_group,
                         cross_lower0=lower0, observed_ratios=ratios, trust=trust, baseline_N=baseline,
                         before_update=self._sleep_engine_for_training)
-        if self.trust is not None and trust is not None:
-            trust_metrics.update(self.trust.kept(*trust, ratios or {}))
+        if self.trust is not None:
+            if trust is not None:
+                trust_metrics.update(self.trust.kept(*trust, ratios or {}))
             trust_metrics.update(self.trust.observe_ratios(ratios or {}))  # the cut (algorithm.trust_cut), if on
         metrics.update(trust_metrics)
         check_update(agent.model, metrics, self.spec, self.step_idx + 1)

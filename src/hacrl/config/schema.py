@@ -249,6 +249,9 @@ class AlgorithmConfig(_Section):
                              "learner trains alone); 0 turns the cut off (hacrl.core.trust)")
     trust_cut_steps: int = Field(10, ge=1, description="trust_cut: the updates r̄ is averaged over (a run of no more "
                                  "steps than this makes no cut)")
+    trust_cut_to: Literal["alone", "hacpo"] = Field(
+        "alone", description="trust_cut: what a learner does once every partner of it is cut: trains alone on its "
+        "own answers (alone) or on the whole pool with HACPO's four corrections (hacpo)")
     trust_budget: bool = Field(False, description="trust: move the rollout budget each step toward the learner "
                                "that can use least of its partners' answers (τ × the share its floor kept), the "
                                "N·G answers a prompt of the pooled methods in all (hacrl.core.trust.rollout_budget)")

@@ -278,19 +278,28 @@ def resolve(a: AlgorithmConfig) -> Algorithm:
 
 def check_run(cfg: Config, algo: Algorithm) -> None:
     """Raise ValueError (one line naming the key) where the run's other settings do not fit its resolved
-    ``algo``: trust's checks need the lock-step mode, and ``algorithm.trust_budget``, ``trust_mean``,
-    ``trust_baseline`` and ``trust_cut`` need a trust to read. The trainer and ``hacrl train --check`` (through
+    ``algo``: trust's checks need the lock-step mode, ``algorithm.trust_budget``, ``trust_mean``,
+    ``trust_baseline``, ``trust_cut`` and ``trust_cut_to`` need a trust to read, and ``trust_cut_to`` needs a cut
+    (and no budget, which reads a trust the switched learner no longer uses). The trainer and ``hacrl train --check`` (through
     ``derive_for``) both call it, before any model loads."""
+    a = cfg.algorithm
     if uses_trust(algo) and cfg.trainer.mode == "async":
         raise ValueError("trainer.mode=async: trust reads lock-step validation checks; set trainer.mode=lockstep")
+    if uses_trust(algo) and a.trust_cut_to != "alone":
+        if a.trust_cut <= 0:
+            raise ValueError(f"algorithm.trust_cut_to={a.trust_cut_to}: nothing is ever cut with trust_cut 0; set "
+                             "algorithm.trust_cut (e.g. 0.5) or drop trust_cut_to")
+        if a.trust_budget:
+            raise ValueError(f"algorithm.trust_budget: a learner switched to {a.trust_cut_to} no longer weighs its "
+                             "partners by trust, which the budget reads; drop trust_budget or trust_cut_to")
     if uses_trust(algo):
         return
-    a = cfg.algorithm
     needs_trust = (  # (key, set away from its default, the value as the message shows it, what the trust is for)
         ("trust_budget", a.trust_budget, "", " to move the budget by"),
         ("trust_mean", a.trust_mean != "all", f"={a.trust_mean}", ""),
         ("trust_baseline", a.trust_baseline != "tau", f"={a.trust_baseline}", ""),
         ("trust_cut", a.trust_cut > 0, f"={a.trust_cut}", " to cut"),
+        ("trust_cut_to", a.trust_cut_to != "alone", f"={a.trust_cut_to}", " to cut"),
     )
     for key, is_set, shown, purpose in needs_trust:
         if is_set:

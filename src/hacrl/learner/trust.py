@@ -12,8 +12,13 @@ rollout budget reads, ``algorithm.trust_budget``), ``trust_baseline/<partner id>
 baseline: τ, or with ``algorithm.trust_baseline: usable`` τ × the share the previous update kept), and on
 a check ``val/acc``, ``val/wins``, ``val/losses`` (against the reference check) and ``val/harm`` (1 when the rule
 cut the trust); with ``algorithm.trust_cut``, ``trust_rbar/<partner id>`` (r̄ so far, over the first
-``trust_cut_steps`` updates) and ``trust_cut/<partner id>`` (1 once that partner is cut for good). The state lives
-in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the same trust and reference.
+``trust_cut_steps`` updates) and ``trust_cut/<partner id>`` (1 once that partner is cut for good). With
+``algorithm.trust_cut_to: hacpo``, a learner whose every partner is cut trains from its next update on with HACPO's
+four corrections on the whole pool instead of alone (``switched``; the worker picks the algorithm), and logs
+``trust_switch/<partner id>`` (1 from then on). With several partners it switches only once all are cut; until then
+a cut partner's answers weigh τ 0 (its stated limit: one update has one loss). The state lives in the agent's
+checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the same trust and reference (and, being cut
+for good, switched).
 """
 
 from __future__ import annotations
@@ -24,21 +29,28 @@ from pathlib import Path
 
 from hacrl.config import Config
 from hacrl.core.trust import TrustRule, TrustState, kept_shares
-from hacrl.learner.algorithms import Algorithm, uses_trust
+from hacrl.learner.algorithms import ALGORITHMS, Algorithm, uses_trust
 from hacrl.run.files import write_atomic
 
 TRUST_FILE = "trust.json"
+# algorithm.trust_cut_to → the algorithm a learner trains with once every partner of it is cut (None: trust, with
+# every τ 0, so the learner trains alone on its own answers); the registry's, without the run's ingredients
+CUT_TO: dict[str, Algorithm | None] = {"alone": None, "hacpo": ALGORITHMS.get("hacpo")}
 
 
 class LearnerTrust:
     """Learner ``learner``'s trust in the agents ``ids`` (``TrustState``) and the metrics it logs."""
 
-    def __init__(self, learner: int, ids: list[str], rule: TrustRule, baseline: str = "tau") -> None:
+    def __init__(self, learner: int, ids: list[str], rule: TrustRule, baseline: str = "tau",
+                 cut_to: str = "alone") -> None:
         if baseline not in ("tau", "usable"):
             raise ValueError(f"trust baseline must be tau or usable, got {baseline!r}")
+        if cut_to not in CUT_TO:
+            raise ValueError(f"trust cut_to must be one of {', '.join(CUT_TO)}, got {cut_to!r}")
         self.ids = list(ids)
         self.state = TrustState(learner, len(ids), rule)
         self.baseline_mode = baseline
+        self.cut_to = cut_to
         self.last_kept = [1.0] * len(ids)  # per source: the share the previous update's floor kept (1: none yet)
 
     @classmethod
@@ -50,7 +62,7 @@ class LearnerTrust:
         a = cfg.algorithm
         rule = TrustRule(floor=a.trust_floor, z=a.trust_z, min_drop=a.trust_min_drop, regain=a.trust_regain,
                          cut=a.trust_cut, cut_steps=a.trust_cut_steps)
-        return cls(learner, [s.id for s in cfg.agents], rule, a.trust_baseline)
+        return cls(learner, [s.id for s in cfg.agents], rule, a.trust_baseline, a.trust_cut_to)
 
     def observe(self, correct: Sequence[bool] | None) -> dict[str, float]:
         """A validation check (None: no check this step); its metrics (none for the first, the reference)."""
@@ -62,6 +74,18 @@ class LearnerTrust:
             out.update({"val/wins": float(check.wins), "val/losses": float(check.losses),
                         "val/harm": float(check.harm)})
         return out
+
+    def switched(self) -> bool:
+        """Whether the learner's update runs the algorithm ``CUT_TO[cut_to]`` instead of trust: ``trust_cut_to``
+        is not alone and every partner is cut.
+
+        >>> t = LearnerTrust(0, ["a", "b"], TrustRule(cut=0.5, cut_steps=1), cut_to="hacpo")
+        >>> t.switched(), t.observe_ratios({1: [0.2]}), t.switched()
+        (False, {'trust_rbar/b': 0.2, 'trust_cut/b': 1.0, 'trust_switch/b': 1.0}, True)
+        """
+        state = self.state
+        partners = [j for j in range(state.num_agents) if j != state.learner]
+        return self.cut_to != "alone" and bool(partners) and all(state.cut_off[j] for j in partners)
 
     def settings(self) -> tuple[list[float], list[float]]:
         """τ and ℓ per source agent: ``learn``'s ``trust``."""
@@ -108,7 +132,9 @@ class LearnerTrust:
 
     def observe_ratios(self, ratios: dict[int, list[float]]) -> dict[str, float]:
         """After an update, its ratios (source → each answer's s) for the cut (``algorithm.trust_cut``):
-        ``trust_rbar/<id>`` while r̄ is counted, ``trust_cut/<id>`` every update; nothing with the cut off."""
+        ``trust_rbar/<id>`` while r̄ is counted, ``trust_cut/<id>`` every update and, with ``trust_cut_to`` other
+        than alone, ``trust_switch/<id>`` (1: the next update trains on that partner's answers with
+        ``CUT_TO[cut_to]``); nothing with the cut off."""
         state = self.state
         if state.rule.cut <= 0:
             return {}
@@ -122,6 +148,10 @@ class LearnerTrust:
             if counting and rbar is not None:
                 out[f"trust_rbar/{source_id}"] = rbar
             out[f"trust_cut/{source_id}"] = float(state.cut_off[j])
+        if self.cut_to != "alone":
+            switched = float(self.switched())
+            out.update({f"trust_switch/{source_id}": switched for j, source_id in enumerate(self.ids)
+                        if j != state.learner})
         return out
 
     def save(self, agent_dir: Path) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from hacrl.config import Config, ConfigError, derive, load_config
 from hacrl.errors import InputError
-from hacrl.learner.algorithms import resolve
+from hacrl.learner.algorithms import check_run, resolve
 from hacrl.report.parallel import JOBS_BACKENDS, Job, lane_threads, lanes_line, run_jobs
 from hacrl.report.plots import write_plots
 from hacrl.report.reading import parse_variant
@@ -300,8 +300,9 @@ def _run_configs(preset: str | None, config_path: Path | None, overrides: list[s
         for s in seeds:
             cfg = load_config(preset, config_path, [*overrides, *own, f"algorithm.name={name}", f"run.seed={s}"])
             cfg = _epochs_counted(cfg, tasks)
-            try:  # the algorithm as the trainer composes it, ingredients that do not fit it refused here
+            try:  # the algorithm as the trainer composes it; ingredients and settings that do not fit it refused here
                 a = resolve(cfg.algorithm)
+                check_run(cfg, a)
             except ValueError as exc:
                 raise ConfigError(f"--algos {algo!r}: {exc}") from None
             derive(cfg, shares_pool=a.shares_pool, rollout_multiplier=a.rollout_multiplier, needs_groups=True)
