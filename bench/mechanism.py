@@ -354,6 +354,7 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
     import matplotlib.ticker
 
     from hacrl.learner.algorithms import method_colours
+    from hacrl.report.plots import write_png
 
     out.mkdir(parents=True, exist_ok=True)
     others = others or []
@@ -409,8 +410,7 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     written.append(out / "delta_vs_rescue.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    write_png(fig, written[-1], dpi=120)
 
     e2 = [(rho_of(r["cell"]), r) for r in rows if rho_of(r["cell"]) and r.get("delta") is not None]
     if e2:
@@ -435,8 +435,7 @@ def plot(rows: list[dict[str, Any]], out: Path, others: list[dict[str, Any]] | N
         fig.legend(list(drawn.values()), list(drawn), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.95))
         fig.tight_layout()
         written.append(out / "delta_vs_rho.png")
-        fig.savefig(written[-1], dpi=120, bbox_inches="tight")
-        plt.close(fig)
+        write_png(fig, written[-1], dpi=120, bbox_inches="tight")
     return written
 
 

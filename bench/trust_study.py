@@ -336,6 +336,8 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from hacrl.report.plots import write_png
+
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows)), 3.6))
     xs = list(range(len(rows)))
     means = [-r["vs_best"]["mean"] for r in rows]
@@ -351,8 +353,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    write_png(fig, out, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> None:

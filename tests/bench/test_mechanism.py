@@ -148,8 +148,11 @@ def test_cli_writes_table_json_and_both_pictures(mech, tmp_path, capsys):
     assert out.count("| hacpo |") == 6 and "delta_vs_rho.png" in out
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert len(rows) == 12 and {r["cell"] for r in rows} == {"sym-1.0", "p1-rho0", "p1-rho1"}
+    from PIL import Image
+
     for name in ("delta_vs_rescue.png", "delta_vs_rho.png"):
         assert (tmp_path / "plots" / name).stat().st_size > 1000
+        assert Image.open(tmp_path / "plots" / name).mode == "P"  # a palette PNG, as the reports' plots
 
 
 def test_also_draws_committed_pairs_in_the_rescue_picture_only(mech, tmp_path, capsys):

@@ -163,11 +163,18 @@ def palette_png(png: bytes) -> bytes:
 
 def save_figure(fig: Any, path: Path) -> Path:
     """Lay out, write (100 dpi, a palette PNG: :func:`palette_png`) and close ``fig``; returns ``path``."""
+    fig.tight_layout()
+    return write_png(fig, path, dpi=100, facecolor="white")
+
+
+def write_png(fig: Any, path: Path, **savefig: Any) -> Path:
+    """Write ``fig`` to ``path`` as a palette PNG (:func:`palette_png`), with ``savefig``'s settings (dpi,
+    bbox_inches, ...), whole or not at all, and close it; returns ``path``. The bench scripts' figures go through
+    it too, so docs/img is as light as the reports' plots."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
     png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100, facecolor="white")
+    fig.savefig(png, **{**savefig, "format": "png"})
     plt.close(fig)
-    write_atomic(path, palette_png(png.getvalue()))  # whole or not at all
-    return path
+    write_atomic(Path(path), palette_png(png.getvalue()))
+    return Path(path)
