@@ -102,10 +102,13 @@ def _run_dirs(cell: Path, summary: dict[str, Any], algorithm: str) -> list[Path]
 
 def decisions(run_dir: Path, agent: str, partner: str) -> tuple[float, float, float | None]:
     """(harm checks, share of updates at τ < 1, mean answers per prompt it wrote or None without a budget) of
-    ``agent`` in one trust run."""
+    ``agent`` in one trust run. An update after a switch (``algorithm.trust_cut_to``: it logs
+    ``trust_switch/<partner>`` 1 and no τ) counts at τ 0, the cut partner's τ."""
     lines = read_jsonl(run_dir / "metrics.jsonl")
     harm = sum(line.get(f"agent/{agent}/val/harm", 0.0) for line in lines)
-    taus = [line[f"agent/{agent}/trust/{partner}"] for line in lines if f"agent/{agent}/trust/{partner}" in line]
+    tau_key, switch_key = f"agent/{agent}/trust/{partner}", f"agent/{agent}/trust_switch/{partner}"
+    taus = [line[tau_key] if tau_key in line else 0.0 for line in lines
+            if tau_key in line or line.get(switch_key) == 1.0]
     split = [line[f"agent/{agent}/rollouts"] for line in lines if f"agent/{agent}/rollouts" in line]
     return (float(harm), (sum(t < 1.0 for t in taus) / len(taus) if taus else 0.0),
             statistics.fmean(split) if split else None)

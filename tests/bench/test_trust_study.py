@@ -77,6 +77,18 @@ def test_the_verdict_names_the_worst_cell_and_agent(study, tmp_path):
     assert table.count("\n") == 3 and "| cell | a | naive (0.600) | 0.595 |" in table
 
 
+def test_updates_after_a_switch_count_at_tau_zero(study, tmp_path):
+    # trust_cut_to: hacpo logs no τ once the learner has switched, only trust_switch/<partner> 1: the update of the
+    # cut (τ 1 logged, the switch flag already 1) counts at its τ, the two after it at 0, so 2 of 3 below 1
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [{"step": 1, "agent/a/trust/b": 1.0, "agent/a/trust_switch/b": 1.0},
+             {"step": 2, "agent/a/trust_switch/b": 1.0}, {"step": 3, "agent/a/trust_switch/b": 1.0},
+             {"step": 4}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert study.decisions(run, "a", "b") == (0.0, pytest.approx(2 / 3), None)
+
+
 def test_a_cell_without_a_summary_is_one_line(study, tmp_path):
     with pytest.raises(SystemExit, match="no summary.json"):
         study.cell_rows(tmp_path)
