@@ -279,9 +279,9 @@ def resolve(a: AlgorithmConfig) -> Algorithm:
 def check_run(cfg: Config, algo: Algorithm) -> None:
     """Raise ValueError (one line naming the key) where the run's other settings do not fit its resolved
     ``algo``: trust's checks need the lock-step mode, ``algorithm.trust_budget``, ``trust_mean``,
-    ``trust_baseline``, ``trust_cut`` and ``trust_cut_to`` need a trust to read, and ``trust_cut_to`` needs a cut
-    (and no budget, which reads a trust the switched learner no longer uses). The trainer and ``hacrl train --check`` (through
-    ``derive_for``) both call it, before any model loads."""
+    ``trust_baseline``, ``trust_cut`` and ``trust_cut_to`` need a trust to read, and ``trust_cut_to`` needs a
+    cut (and no budget, which reads a trust the switched learner no longer uses). The trainer, ``hacrl train
+    --check`` (through ``derive_for``) and ``hacrl compare`` (every arm) call it, before any model loads."""
     a = cfg.algorithm
     if uses_trust(algo) and cfg.trainer.mode == "async":
         raise ValueError("trainer.mode=async: trust reads lock-step validation checks; set trainer.mode=lockstep")

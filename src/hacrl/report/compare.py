@@ -300,7 +300,7 @@ def _run_configs(preset: str | None, config_path: Path | None, overrides: list[s
         for s in seeds:
             cfg = load_config(preset, config_path, [*overrides, *own, f"algorithm.name={name}", f"run.seed={s}"])
             cfg = _epochs_counted(cfg, tasks)
-            try:  # the algorithm as the trainer composes it; ingredients and settings that do not fit it refused here
+            try:  # the algorithm as the trainer composes it; ingredients and settings that do not fit it refused
                 a = resolve(cfg.algorithm)
                 check_run(cfg, a)
             except ValueError as exc:
