@@ -89,8 +89,6 @@ class AgentWorker:
         self.own = OwnAnswers(index, self.spec.id)  # own answers' tokens, kept from rollout to update
         self.window = LearnerWindow.for_run(cfg, index)  # the adaptive cross window's ℓ_0 per source, or None
         self.trust = LearnerTrust.for_run(cfg, index, self.algo)  # the trust method's τ per partner, or None
-        # what the learner trains with once every partner is cut (algorithm.trust_cut_to), or None: trust, τ 0
-        self.switch_algo = CUT_TO[cfg.algorithm.trust_cut_to] if self.trust is not None else None
         if not defer_setup:
             self.setup()
 
@@ -209,8 +207,7 @@ class AgentWorker:
         if self.trust is not None:  # this step's validation check (if any) moves the trust before the update
             trust_metrics = self.trust.observe(request.validation[self.index] if request.validation else None)
             if self.trust.switched():  # every partner cut: trust_cut_to's algorithm, no τ
-                assert self.switch_algo is not None
-                algo = self.switch_algo
+                algo = CUT_TO[self.trust.cut_to]
             else:
                 trust = self.trust.settings()
                 baseline = self.trust.baseline(trust[0])

@@ -33,9 +33,9 @@ from hacrl.learner.algorithms import ALGORITHMS, Algorithm, uses_trust
 from hacrl.run.files import write_atomic
 
 TRUST_FILE = "trust.json"
-# algorithm.trust_cut_to → the algorithm a learner trains with once every partner of it is cut (None: trust, with
-# every τ 0, so the learner trains alone on its own answers); the registry's, without the run's ingredients
-CUT_TO: dict[str, Algorithm | None] = {"alone": None, "hacpo": ALGORITHMS.get("hacpo")}
+# algorithm.trust_cut_to → the algorithm a learner trains with once every partner of it is cut: the registry's,
+# without the run's ingredients. "alone", the default, is no switch: trust with every τ 0, the learner's own answers
+CUT_TO: dict[str, Algorithm] = {"hacpo": ALGORITHMS.get("hacpo")}
 
 
 class LearnerTrust:
@@ -45,8 +45,8 @@ class LearnerTrust:
                  cut_to: str = "alone") -> None:
         if baseline not in ("tau", "usable"):
             raise ValueError(f"trust baseline must be tau or usable, got {baseline!r}")
-        if cut_to not in CUT_TO:
-            raise ValueError(f"trust cut_to must be one of {', '.join(CUT_TO)}, got {cut_to!r}")
+        if cut_to != "alone" and cut_to not in CUT_TO:
+            raise ValueError(f"trust cut_to must be one of {', '.join(['alone', *CUT_TO])}, got {cut_to!r}")
         self.ids = list(ids)
         self.state = TrustState(learner, len(ids), rule)
         self.baseline_mode = baseline
