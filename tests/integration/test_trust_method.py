@@ -5,6 +5,7 @@ trains on the learner's own answers only, and a resumed run goes on with the sam
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -192,12 +193,15 @@ def test_the_usable_baseline_needs_the_trust_method(tmp_path):
 
 def test_the_cut_distrusts_its_partner_for_good_after_its_updates(tmp_path):
     # trust_cut 100: every partner's r̄ (a mean ratio, near 1 here) is below it, so after update 2 each learner
-    # trains alone: τ 0 and floor 1 from update 3 on, which the check before step 3 does not raise
+    # trains alone: τ 0 and floor 1 from update 3 on; every partner of every learner being cut, the check due
+    # before step 3 does not run (a check cannot raise a cut partner: tests/core/test_trust.py)
     trainer = make_trainer(tmp_path, "trainer.steps=4", "algorithm.trust_cut=100", "algorithm.trust_cut_steps=2")
     try:
         lines = [trainer.step() for _ in range(4)]
+        assert trainer.checks_over
     finally:
         trainer.close()
+    assert [m["timing/validation"] > 1e-3 for m in lines] == [True, False, False, False]
     for learner, partner in (("qwen-char", "llama-bpe"), ("llama-bpe", "qwen-char")):
         rbar = [m.get(f"agent/{learner}/trust_rbar/{partner}") for m in lines]
         assert rbar[2:] == [None, None] and all(0 < r < 100 for r in rbar[:2])
@@ -208,7 +212,53 @@ def test_the_cut_distrusts_its_partner_for_good_after_its_updates(tmp_path):
         assert [m[f"agent/{learner}/trust_cut/{partner}"] for m in lines] == [0.0, 1.0, 1.0, 1.0]
         assert [m[f"agent/{learner}/trust/{partner}"] for m in lines] == [1.0, 1.0, 0.0, 0.0]
         assert [m[f"agent/{learner}/trust_floor/{partner}"] for m in lines[2:]] == [1.0, 1.0]
-        assert f"agent/{learner}/val/harm" in lines[2]  # the check ran, and left the cut partner at 0
+        assert [f"agent/{learner}/val/acc" in m for m in lines] == [True, False, False, False]
+
+
+def test_checks_skipped_after_every_cut_change_no_update(tmp_path, metric_lines, monkeypatch):
+    # the same cut run with the checks forced on after the cut (as before they stopped): every logged number
+    # but the checks' own (val/) and the timings is equal, so skipping them changes nothing the learners do
+    overrides = ("trainer.steps=5", "algorithm.trust_cut=100", "algorithm.trust_cut_steps=1",
+                 "algorithm.trust_val_size=8")
+    skipped = make_trainer(tmp_path, *overrides, name="skipped")
+    skipped.train()
+    monkeypatch.setattr(Trainer, "_every_partner_cut", lambda self, results: False)
+    checked = make_trainer(tmp_path, *overrides, name="checked")
+    checked.train()
+    assert not checked.checks_over
+    drop = ("timing/",)
+    skipped_lines, checked_lines = metric_lines(skipped.run_dir, drop), metric_lines(checked.run_dir, drop)
+    # the lines of steps 0 (the start's evaluation) to 5; checks before steps 1, 3 and 5
+    assert [any("/val/" in k for k in m) for m in checked_lines] == [False, True, False, True, False, True]
+    assert [any("/val/" in k for k in m) for m in skipped_lines] == [False, True, False, False, False, False]
+    def learning(lines):
+        return [{k: v for k, v in m.items() if "/val/" not in k} for m in lines]
+
+    assert learning(skipped_lines) == learning(checked_lines)
+    assert skipped_lines[1] == checked_lines[1]  # the first check (the reference) ran in both
+
+
+def test_checks_end_only_when_every_learner_has_cut_every_partner():
+    # three agents by hand: b has cut a but not c, so the checks go on; once b cuts c too, they end. No trust (no
+    # validation slice), or one agent alone, never ends them
+    trainer = SimpleNamespace(validation=[object()], agent_ids=["a", "b", "c"])
+    every = {"a": {"trust_cut/b": 1.0, "trust_cut/c": 1.0}, "c": {"trust_cut/a": 1.0, "trust_cut/b": 1.0}}
+    b_half = {"trust_cut/a": 1.0, "trust_cut/c": 0.0}
+    b_all = {"trust_cut/a": 1.0, "trust_cut/c": 1.0}
+    assert not Trainer._every_partner_cut(trainer, [every["a"], b_half, every["c"]])
+    assert Trainer._every_partner_cut(trainer, [every["a"], b_all, every["c"]])
+    assert not Trainer._every_partner_cut(trainer, [every["a"], {}, every["c"]])  # the cut off: no key
+    no_trust = SimpleNamespace(validation=None, agent_ids=["a", "b", "c"])
+    assert not Trainer._every_partner_cut(no_trust, [every["a"], b_all, every["c"]])
+    assert not Trainer._every_partner_cut(SimpleNamespace(validation=[object()], agent_ids=["a"]), [{}])
+
+
+def test_checks_stay_skipped_after_a_resume(tmp_path, metric_lines):
+    # checkpointed after the cut: the resumed run knows the checks are over, and logs what the straight run logs
+    straight, _, second = straight_and_cut(tmp_path, 2, "algorithm.trust_cut=100", "algorithm.trust_cut_steps=1")
+    assert second.checks_over
+    second.train()
+    assert metric_lines(straight.run_dir, RESUMED) == metric_lines(second.run_dir, RESUMED)
 
 
 def test_a_cut_below_every_ratio_cuts_nothing(tmp_path):
@@ -273,7 +323,7 @@ def test_cut_to_hacpo_trains_a_learner_whose_partners_are_all_cut_with_hacpo(tmp
         # τ and ℓ are logged only while trust weighs the partner; the switched updates log what hacpo logs
         assert [f"agent/{learner}/trust/{partner}" in m for m in lines] == [True, False, False]
         assert _cross_keys(lines[1], learner) == _cross_keys(plain, learner) != _cross_keys(lines[0], learner)
-        assert f"agent/{learner}/val/acc" in lines[2]  # the checks go on (their cost stays)
+        assert f"agent/{learner}/val/acc" not in lines[2]  # every partner cut: no more checks
 
 
 def test_cut_to_hacpo_resumes_switched(tmp_path, metric_lines):

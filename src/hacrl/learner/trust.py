@@ -1,24 +1,24 @@
 """One learner's trust in each partner (the ``trust`` method; the rule is ``hacrl.core.trust``), held by the
 learner's own worker as the adaptive window is (``hacrl.learner.window``).
 
-The trainer runs a validation check every ``algorithm.trust_every`` steps (before steps 1, 1 + k, ...) and hands each
-worker its agent's per-problem results in the update request; the worker feeds them to its ``LearnerTrust`` before
-the update, which then weighs each partner's answers by τ and cuts them below the ratio floor (``learn``'s
-``trust``). What it decided goes to the metrics, per partner and step (the trainer prefixes
-``agent/<learner id>/``): ``trust/<partner id>`` (τ used in this update), ``trust_floor/<partner id>`` (ℓ),
-``trust_kept/<partner id>`` (the share of that partner's answers whose ratio was at or above ℓ: those that trained),
-``trust_usable/<partner id>`` (τ × that share: what one of its answers was worth to this learner, which the
-rollout budget reads, ``algorithm.trust_budget``), ``trust_baseline/<partner id>`` (its weight in the joint group's
-baseline: τ, or with ``algorithm.trust_baseline: usable`` τ × the share the previous update kept), and on
-a check ``val/acc``, ``val/wins``, ``val/losses`` (against the reference check) and ``val/harm`` (1 when the rule
-cut the trust); with ``algorithm.trust_cut``, ``trust_rbar/<partner id>`` (r̄ so far, over the first
-``trust_cut_steps`` updates) and ``trust_cut/<partner id>`` (1 once that partner is cut for good). With
-``algorithm.trust_cut_to: hacpo``, a learner whose every partner is cut trains from its next update on with HACPO's
-four corrections on the whole pool instead of alone (``switched``; the worker picks the algorithm), and logs
-``trust_switch/<partner id>`` (1 from then on). With several partners it switches only once all are cut; until then
-a cut partner's answers weigh τ 0 (its stated limit: one update has one loss). The state lives in the agent's
-checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the same trust and reference (and, being cut
-for good, switched).
+The trainer runs a validation check every ``algorithm.trust_every`` steps (before steps 1, 1 + k, ...; none once
+every learner has cut every partner, ``Trainer.checks_over``) and hands each worker its agent's per-problem results
+in the update request; the worker feeds them to its ``LearnerTrust`` before the update, which then weighs each
+partner's answers by τ and cuts them below the ratio floor (``learn``'s ``trust``). What it decided goes to the
+metrics, per partner and step (the trainer prefixes ``agent/<learner id>/``): ``trust/<partner id>`` (τ used in this
+update), ``trust_floor/<partner id>`` (ℓ), ``trust_kept/<partner id>`` (the share of that partner's answers whose
+ratio was at or above ℓ: those that trained), ``trust_usable/<partner id>`` (τ × that share: what one of its answers
+was worth to this learner, which the rollout budget reads, ``algorithm.trust_budget``),
+``trust_baseline/<partner id>`` (its weight in the joint group's baseline: τ, or with ``algorithm.trust_baseline:
+usable`` τ × the share the previous update kept), and on a check ``val/acc``, ``val/wins``, ``val/losses`` (against
+the reference check) and ``val/harm`` (1 when the rule cut the trust); with ``algorithm.trust_cut``,
+``trust_rbar/<partner id>`` (r̄ so far, over the first ``trust_cut_steps`` updates) and ``trust_cut/<partner id>``
+(1 once that partner is cut for good). With ``algorithm.trust_cut_to: hacpo``, a learner whose every partner is cut
+trains from its next update on with HACPO's four corrections on the whole pool instead of alone (``switched``; the
+worker picks the algorithm), and logs ``trust_switch/<partner id>`` (1 from then on). With several partners it
+switches only once all are cut; until then a cut partner's answers weigh τ 0 (its stated limit: one update has one
+loss). The state lives in the agent's checkpoint folder (``TRUST_FILE``), so a resumed run goes on with the same
+trust and reference (and, being cut for good, switched).
 """
 
 from __future__ import annotations

@@ -131,6 +131,7 @@ class Trainer:
         self._async_state: dict[str, Any] | None = None  # the asynchronous loop's, from the checkpoint
         # trust's rollout budget (hacrl.trainer.budget): answers per prompt per agent; None: G each
         self.rollout_budget = RolloutBudget.for_run(cfg, self.derived.group_size)
+        self.checks_over = False  # trust's checks: True once every learner has cut every partner (no more checks)
         if resume_from:
             data_pos = self._restore(resume_from)
         self.data = DataStream(self.task.name, self.task.train_problems(cfg.run.seed), start=data_pos)
@@ -196,6 +197,7 @@ class Trainer:
         self._async_state = state.get("async")  # the asynchronous mode's loop (hacrl.trainer.async_loop)
         if self.rollout_budget is not None and "budget" in state:
             self.rollout_budget.load_state_dict(state["budget"])
+        self.checks_over = bool(state.get("checks_over", False))  # an older checkpoint: one more check, then known
         # an older checkpoint's "window" (the adaptive cross window): each worker takes its row (LearnerWindow)
         ckpt.set_rng_state(state["rng"])
         return int(state["data_pos"])
@@ -274,6 +276,7 @@ class Trainer:
             results = self.backend.update(request)
         if self.rollout_budget is not None:
             self.rollout_budget.observe(results)
+        self.checks_over = self.checks_over or self._every_partner_cut(results)
         for i, loss_metrics in enumerate(results):
             metrics.update(phases.update_metrics(i, loss_metrics, timings))
         for phase in ("rollout", "update"):
@@ -286,11 +289,20 @@ class Trainer:
         self._write_samples(pool)
         return metrics
 
+    def _every_partner_cut(self, results: list[dict[str, Any]]) -> bool:
+        """Whether an update's results show every learner with every partner cut for good (trust's cut,
+        ``trust_cut/<partner>`` 1 in each learner's metrics). No check can then change an update: a cut partner's
+        τ stays 0, and a switched learner (``trust_cut_to``) reads no trust."""
+        ids = self.agent_ids
+        return self.validation is not None and len(ids) > 1 and all(
+            results[i].get(f"trust_cut/{p}") == 1.0 for i in range(len(ids)) for p in ids if p != ids[i])
+
     def _validation_check(self) -> tuple[tuple[bool, ...], ...] | None:
         """The trust method's check before this step's update, every ``algorithm.trust_every`` steps from the
         first: each agent's greedy answers to the validation slice, right or not (None: no check this step). It
-        runs after the step's rollout, on the weights that wrote it."""
-        if self.validation is None or self.step_idx % self.cfg.algorithm.trust_every:
+        runs after the step's rollout, on the weights that wrote it; none once every partner is cut
+        (``checks_over``), their answers being then a cost with no effect."""
+        if self.validation is None or self.checks_over or self.step_idx % self.cfg.algorithm.trust_every:
             return None
         prompts = [p.prompt for p in self.validation]
         answers = self.backend.generate_answers(prompts, validation.greedy(self.cfg.rollout.max_new_tokens))
@@ -383,6 +395,8 @@ class Trainer:
             state["async"] = loop.state_dict()
         if self.rollout_budget is not None:
             state["budget"] = self.rollout_budget.state_dict()
+        if self.checks_over:
+            state["checks_over"] = True
         manifest = {"agents": [{"id": a.id, "model": a.model} for a in self.cfg.agents],
                     "algorithm": self.cfg.algorithm.name, **(loop.manifest() if loop is not None else {})}
         return state, manifest
