@@ -41,7 +41,7 @@ MECHANISM_CELLS = ["e1-tiny-model", "e1-tiny-state", "sym-0.5", "sym-1.0", "asym
 TINY_CELLS = ["tiny-model", "p1-rho1", "sym-1.0", "p1-rho0", "high", "tiny-state", "sym-0.5", "asym", "p2-rho1",
               "p1-rho0.5", "p2-rho0.5", "low", "eq-model", "p2-rho0"]
 # Its finished cells: the tiny ones, then stage 4's SmolLM2 cells, each once its runs are all in (rule E1).
-TRUST_CELLS = TINY_CELLS
+TRUST_CELLS = [*TINY_CELLS, "e4-unfaithful"]
 # The cells where stage 3's variant ran: stages 1 and 2b's eight, then (stage 5b) stage 5's six: all fourteen.
 VARIANT_CELLS = TINY_CELLS
 # Stage 3's variant, read against trust as the README quotes it.
