@@ -187,11 +187,16 @@ def generated_lines() -> list[tuple[frozenset[str], str]]:
 
 
 def _expand(path: str) -> list[str]:
-    """``results/trust/{a,b}`` → both paths; a trailing ``*/``, ``*`` or ``/`` leaves a prefix ending in ``/``."""
+    """``results/trust/{a,b}`` → both paths; a trailing ``*/``, ``*`` or ``/`` leaves a prefix ending in ``/``; a
+    comparison's report.md or summary.json stands for its directory.
+
+    >>> _expand("results/trust/{a,b}/report.md"), _expand("results/trust/*/")
+    (['results/trust/a', 'results/trust/b'], ['results/trust/'])
+    """
     m = re.search(r"\{([^}]*)\}", path)
     if m:
         return [p for part in m.group(1).split(",") for p in _expand(path[: m.start()] + part + path[m.end():])]
-    return [re.sub(r"\*/?$", "", path.rstrip(".,;:)"))]
+    return [re.sub(r"/(report\.md|summary\.json)$", "", re.sub(r"\*/?$", "", path.rstrip(".,;:)")))]
 
 
 def _dirs(prefixes: list[str], known: set[str]) -> set[str]:
