@@ -231,6 +231,7 @@ def test_checks_skipped_after_every_cut_change_no_update(tmp_path, metric_lines,
     # the lines of steps 0 (the start's evaluation) to 5; checks before steps 1, 3 and 5
     assert [any("/val/" in k for k in m) for m in checked_lines] == [False, True, False, True, False, True]
     assert [any("/val/" in k for k in m) for m in skipped_lines] == [False, True, False, False, False, False]
+
     def learning(lines):
         return [{k: v for k, v in m.items() if "/val/" not in k} for m in lines]
 
